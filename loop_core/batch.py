@@ -1,0 +1,121 @@
+"""Find bundles under a path and classify them one by one (streaming, never all in memory)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .bundle import BUNDLE_FILES, Bundle, ReadLimits, read_bundle
+from .engine import Engine
+from .errors import BundleError
+from .keys import consensus_key, dedup_key, dedup_labels
+from .verdict import Classification
+
+__all__ = ["Outcome", "classify_paths", "discover_bundles", "verdict_row"]
+
+
+def _is_bundle_dir(path: Path) -> tuple[bool, list[Path]]:
+    """Whether ``path`` holds bundle files, and its subdirectories (sorted)."""
+    has_files = False
+    subdirs = []
+    try:
+        with os.scandir(path) as it:
+            for entry in it:
+                if entry.name in BUNDLE_FILES:
+                    has_files = True
+                elif entry.is_dir(follow_symlinks=False) and not entry.name.startswith((".", "_")):
+                    subdirs.append(Path(entry.path))
+    except OSError:
+        return True, []  # let the reader report it
+    return has_files, sorted(subdirs)
+
+
+def discover_bundles(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
+    """Yield bundle directories under ``paths`` in sorted order.
+
+    A directory holding any bundle file (``manifest.json``, ``pt1-gate.json``
+    ...) is a bundle, even a broken one, so the reader can say what is wrong
+    with it. Other directories are searched recursively; those whose name
+    starts with ``_`` (spools such as ``_dedup-queue``) or ``.`` are skipped.
+    A path given explicitly that holds neither is reported as a bundle.
+    """
+    for raw in paths:
+        top = Path(raw)
+        if not top.is_dir():
+            yield top
+            continue
+        is_bundle, subdirs = _is_bundle_dir(top)
+        if is_bundle or not subdirs:
+            yield top
+            continue
+        stack = list(reversed(subdirs))
+        while stack:
+            current = stack.pop()
+            is_bundle, subdirs = _is_bundle_dir(current)
+            if is_bundle:
+                yield current
+            else:
+                stack.extend(reversed(subdirs))
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One bundle's result: either an error from the reader or a classification."""
+
+    path: Path
+    bundle: Bundle | None
+    error: BundleError | None
+    verdict: Classification | None
+
+
+def classify_paths(paths: Iterable[str | os.PathLike[str]], engine: Engine,
+                   limits: ReadLimits | None = None) -> Iterator[Outcome]:
+    for path in discover_bundles(paths):
+        try:
+            bundle = read_bundle(path, limits=limits)
+        except BundleError as e:
+            yield Outcome(path, None, e, None)
+            continue
+        yield Outcome(path, bundle, None, engine.classify(bundle))
+
+
+def verdict_row(outcome: Outcome) -> dict[str, Any]:
+    """The ``classify --format json/jsonl`` row (ARCHITECTURE.md output contract)."""
+    row: dict[str, Any] = {"bundle": str(outcome.path)}
+    if outcome.error is not None or outcome.bundle is None or outcome.verdict is None:
+        row.update({
+            "schema": None,
+            "reader_error": {"type": type(outcome.error).__name__, "message": str(outcome.error)},
+            "failure_class": None, "tier": None, "matched_rule": None, "fingerprint": None,
+            "error_substring": None, "should_file": None, "review_queue": None,
+            "route_as_kv_calc_bug": None, "delta_mib": None, "consensus_key": None,
+            "dedup_tuple": None, "dedup_hash": None, "labels": None,
+        })
+        return row
+    bundle, v = outcome.bundle, outcome.verdict
+    key = dedup_key(bundle, v.failure_class.value)
+    ckey = consensus_key(bundle)
+    row.update({
+        "schema": bundle.schema,
+        "reader_error": None,
+        "failure_class": v.failure_class.value,
+        "tier": v.tier.value,
+        "matched_rule": v.matched_rule,
+        "fingerprint": v.fingerprint,
+        "error_substring": v.error_substring,
+        "should_file": v.should_file,
+        "review_queue": v.review_queue,
+        "route_as_kv_calc_bug": v.route_as_kv_calc_bug,
+        "delta_mib": v.delta_mib,
+        "consensus_key": None if ckey is None else [*ckey[:8], list(ckey[8])],
+        "dedup_tuple": list(key),
+        "dedup_hash": key.digest(),
+        "labels": list(dedup_labels(key)),
+        "tier1_inputs": v.tier1_inputs,
+        "rules_version": v.rules_version,
+        "warnings": list(v.warnings),
+    })
+    return row

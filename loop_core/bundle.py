@@ -1,0 +1,340 @@
+"""Read one capture bundle from disk, strictly (CONTRACTS §1-§2).
+
+``read_bundle`` returns a frozen :class:`Bundle` or raises :class:`BundleError`
+naming the file and the problem. It never returns a partial object and never
+lets another exception escape for anything found on disk.
+
+Compatibility: the checks of the reference reader (§2.2, §2.6) are applied in
+the same order, so every bundle the reference accepts is accepted here and
+every bundle it rejects is rejected. On top of that the reader refuses what the
+reference never considered: symlinks, FIFOs, devices and sockets inside a
+bundle, files over a size cap, JSON nested deeper than a bound, bytes that are
+not UTF-8 and strings holding lone surrogates (which cannot be hashed).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import BundleError
+
+__all__ = [
+    "BUNDLE_FILES",
+    "DEFAULT_MAX_DEPTH",
+    "DEFAULT_MAX_FILE_BYTES",
+    "Bundle",
+    "ReadLimits",
+    "read_bundle",
+]
+
+MANIFEST = "manifest.json"
+PT1, PT2, PT3, PT4, PT5 = (
+    "pt1-gate.json",
+    "pt2-download.json",
+    "pt3-boot.json",
+    "pt4-smoke.json",
+    "pt5-override-capture.json",
+)
+BUNDLE_FILES = (MANIFEST, PT1, PT2, PT3, PT4, PT5)
+
+DEFAULT_MAX_FILE_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_DEPTH = 64
+
+# §1.8.1: the 20 manifest keys a schema-1 reader requires (values unchecked).
+MANIFEST_KEYS_V1 = frozenset(
+    {
+        "schema", "slug", "utc_ts", "submission_fingerprint", "model", "quant_label",
+        "arch_family", "topology_class", "engine_pin", "engine_version", "kv_calc_version",
+        "selected_ctx", "kv_format", "smoke_capability_set", "topology_summary_canonical",
+        "model_id", "failure_class", "club3090_commit", "outcome", "capture_points",
+    }
+)
+# §2.6: the only keys a schema-2 (gate-only) manifest must carry.
+MANIFEST_KEYS_V2 = frozenset(
+    {"schema", "slug", "utc_ts", "club3090_commit", "outcome", "abort_reason", "failure_class"}
+)
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLimits:
+    """Bounds the reader enforces on every file of a bundle."""
+
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    max_depth: int = DEFAULT_MAX_DEPTH
+
+
+@dataclass(frozen=True, slots=True)
+class Bundle:
+    """One validated capture bundle.
+
+    The ``manifest`` and ``ptN`` mappings are the decoded JSON objects exactly
+    as stored (additive keys kept); treat them as read-only. ``pt2``-``pt4``
+    are None for gate-only (schema 2) bundles, ``pt5`` is None unless the
+    override capture is present.
+    """
+
+    path: Path
+    schema: int
+    manifest: Mapping[str, Any]
+    pt1: Mapping[str, Any]
+    pt2: Mapping[str, Any] | None = None
+    pt3: Mapping[str, Any] | None = None
+    pt4: Mapping[str, Any] | None = None
+    pt5: Mapping[str, Any] | None = None
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_gate_only(self) -> bool:
+        return self.schema == 2
+
+    @property
+    def model(self) -> Any:
+        return self.manifest.get("model")
+
+    @property
+    def model_id(self) -> Any:
+        """§2.3: ``manifest.model``; gate bundles prefer a truthy ``model_id``."""
+        if self.is_gate_only:
+            return self.manifest.get("model_id") or self.manifest.get("model")
+        return self.manifest.get("model")
+
+    @property
+    def engine_version(self) -> Any:
+        """§2.3: the engine identity is ``manifest.engine_pin``."""
+        return self.manifest.get("engine_pin")
+
+    @property
+    def arch_family(self) -> Any:
+        return self.manifest.get("arch_family")
+
+    @property
+    def quant_label(self) -> str:
+        """§2.3: lower-cased for keys; null becomes the literal ``none``."""
+        value = self.manifest.get("quant_label")
+        return "none" if value is None else str(value).lower()
+
+    @property
+    def outcome(self) -> Any:
+        """The producer's interim 3-state, deliberately not a failure class."""
+        return self.manifest.get("outcome")
+
+    @property
+    def abort_reason(self) -> Any:
+        """The gate's abort token (gate-only bundles; None otherwise)."""
+        return self.pt1.get("abort_reason") if self.is_gate_only else None
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def to_document(self) -> dict[str, Any]:
+        """The raw files as one JSON-ready mapping (``manifest``, ``pt1``..``pt5``)."""
+        return {
+            "manifest": self.manifest,
+            "pt1": self.pt1,
+            "pt2": self.pt2,
+            "pt3": self.pt3,
+            "pt4": self.pt4,
+            "pt5": self.pt5,
+        }
+
+
+def read_bundle(path: str | os.PathLike[str], *, limits: ReadLimits | None = None) -> Bundle:
+    """Read and validate the capture bundle in directory ``path``.
+
+    Dispatches on ``manifest.schema`` like the reference: ``2`` reads a
+    gate-only bundle, anything else a schema-1 bundle (which then insists on
+    schema ``1``).
+
+    :raises BundleError: for anything missing, unreadable or malformed; the
+        message starts with the offending file.
+    """
+    limits = limits or ReadLimits()
+    root = Path(path)
+    try:
+        st = os.stat(root)
+    except OSError as e:
+        raise BundleError(f"{root}: no such bundle directory", path=root) from e
+    if not stat.S_ISDIR(st.st_mode):
+        raise BundleError(f"{root}: not a directory", path=root)
+    _refuse_special_entries(root)
+
+    manifest = _read_object(root, MANIFEST, limits)
+    if manifest is None:
+        raise BundleError(f"{root / MANIFEST}: missing", path=root)
+    if manifest.get("schema") == 2:
+        return _read_gate(root, manifest, limits)
+    return _read_capture(root, manifest, limits)
+
+
+def _read_capture(root: Path, manifest: dict[str, Any], limits: ReadLimits) -> Bundle:
+    where = root / MANIFEST
+    schema = manifest.get("schema", "<absent>")
+    if schema != 1:
+        raise BundleError(f"{where}: unsupported schema {schema!r}, expected 1 or 2", path=root)
+    missing = sorted(MANIFEST_KEYS_V1 - manifest.keys())
+    if missing:
+        raise BundleError(f"{where}: missing keys {', '.join(missing)}", path=root)
+    if manifest["failure_class"] is not None:
+        raise BundleError(
+            f"{where}: failure_class must be null (the producer never classifies), "
+            f"got {manifest['failure_class']!r}",
+            path=root,
+        )
+    parts = []
+    for name, point in ((PT1, "gate"), (PT2, "download"), (PT3, "boot"), (PT4, "smoke")):
+        doc = _read_object(root, name, limits)
+        if doc is None:
+            raise BundleError(f"{root / name}: missing", path=root)
+        if "schema" in doc and doc["schema"] != 1:
+            raise BundleError(f"{root / name}: schema must be 1, got {doc['schema']!r}", path=root)
+        _expect_point(root, name, doc, point)
+        parts.append(doc)
+    pt5 = _read_object(root, PT5, limits)
+    if pt5 is not None:
+        _expect_point(root, PT5, pt5, "override_capture")
+    return Bundle(root, 1, manifest, parts[0], parts[1], parts[2], parts[3], pt5)
+
+
+def _read_gate(root: Path, manifest: dict[str, Any], limits: ReadLimits) -> Bundle:
+    where = root / MANIFEST
+    missing = sorted(MANIFEST_KEYS_V2 - manifest.keys())
+    if missing:
+        raise BundleError(f"{where}: missing keys {', '.join(missing)}", path=root)
+    if manifest["outcome"] != "hard-block":
+        raise BundleError(
+            f"{where}: a gate-only bundle must have outcome 'hard-block', "
+            f"got {manifest['outcome']!r}",
+            path=root,
+        )
+    if manifest["failure_class"] is not None:
+        raise BundleError(
+            f"{where}: failure_class must be null, got {manifest['failure_class']!r}", path=root
+        )
+    pt1 = _read_object(root, PT1, limits)
+    if pt1 is None:
+        raise BundleError(f"{root / PT1}: missing", path=root)
+    if "schema" in pt1 and pt1["schema"] != 2:
+        raise BundleError(f"{root / PT1}: schema must be 2, got {pt1['schema']!r}", path=root)
+    _expect_point(root, PT1, pt1, "gate")
+    return Bundle(root, 2, manifest, pt1)
+
+
+def _expect_point(root: Path, name: str, doc: Mapping[str, Any], point: str) -> None:
+    value = doc.get("point", "<absent>")
+    if value != point:
+        raise BundleError(f"{root / name}: point must be {point!r}, got {value!r}", path=root)
+
+
+def _refuse_special_entries(root: Path) -> None:
+    """Refuse symlinks, FIFOs, devices and sockets anywhere at the bundle's top level."""
+    try:
+        entries = list(os.scandir(root))
+    except OSError as e:
+        raise BundleError(f"{root}: cannot list directory: {e.strerror}", path=root) from e
+    for entry in entries:
+        if entry.is_symlink():
+            raise BundleError(f"{entry.path}: is a symlink; bundles hold regular files only", path=root)
+        if not (entry.is_file(follow_symlinks=False) or entry.is_dir(follow_symlinks=False)):
+            raise BundleError(
+                f"{entry.path}: is not a regular file (FIFO, device or socket)", path=root
+            )
+
+
+def _read_object(root: Path, name: str, limits: ReadLimits) -> dict[str, Any] | None:
+    """Decode one JSON object file; None when the file does not exist."""
+    where = root / name
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(where, flags | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise BundleError(f"{where}: is a symlink; bundles hold regular files only", path=root) from e
+        raise BundleError(f"{where}: cannot open: {e.strerror}", path=root) from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise BundleError(f"{where}: is {kind}", path=root)
+        if st.st_size > limits.max_file_bytes:
+            raise BundleError(
+                f"{where}: {st.st_size} bytes is over the {limits.max_file_bytes}-byte limit",
+                path=root,
+            )
+        chunks = []
+        remaining = limits.max_file_bytes + 1
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        data = b"".join(chunks)
+    except OSError as e:
+        raise BundleError(f"{where}: cannot read: {e.strerror}", path=root) from e
+    finally:
+        os.close(fd)
+    if len(data) > limits.max_file_bytes:
+        raise BundleError(f"{where}: over the {limits.max_file_bytes}-byte limit", path=root)
+    return _decode_object(where, data, limits, root)
+
+
+def _decode_object(where: Path, data: bytes, limits: ReadLimits, root: Path) -> dict[str, Any]:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BundleError(
+            f"{where}: not UTF-8 (byte {data[e.start]:#04x} at offset {e.start})", path=root
+        ) from e
+    depth = _nesting_depth(text, limits.max_depth)
+    if depth > limits.max_depth:
+        raise BundleError(
+            f"{where}: JSON nested deeper than {limits.max_depth} levels", path=root
+        )
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise BundleError(f"{where}: invalid JSON: {e}", path=root) from e
+    except RecursionError as e:  # pragma: no cover - the depth pre-check prevents it
+        raise BundleError(f"{where}: JSON nested too deeply", path=root) from e
+    if not isinstance(doc, dict):
+        raise BundleError(f"{where}: expected a JSON object, got {type(doc).__name__}", path=root)
+    if _SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(doc, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise BundleError(
+                f"{where}: holds a lone surrogate escape, which is not valid Unicode", path=root
+            ) from e
+    return doc
+
+
+def _nesting_depth(text: str, bound: int) -> int:
+    """Maximum bracket nesting of a JSON text; cheap when the text is small."""
+    if text.count("[") + text.count("{") <= bound:
+        return 0
+    depth = deepest = 0
+    for m in _BRACKET.finditer(_JSON_STRING.sub("", text)):
+        if m.group() in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > bound:
+                    break
+        else:
+            depth -= 1
+    return deepest

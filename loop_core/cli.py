@@ -1,0 +1,334 @@
+"""The ``loop-rules`` command line. The only module that imports click.
+
+Each command parses its options, calls one library function and renders the
+result. Domain errors become one clear line on stderr (exit 2 for a bad
+pack or plugin); a traceback is never shown to the user.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from .__version__ import __version__
+from .errors import LoopError, RuleError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class LoopClickError(click.ClickException):
+    exit_code = 2
+
+
+def _engine(rules: str, *, collect_errors: bool = False) -> Any:
+    from .engine import Engine
+
+    try:
+        return Engine.build(rules, collect_errors=collect_errors)
+    except LoopError as e:
+        raise LoopClickError(str(e)) from e
+
+
+def rules_option(f: F) -> F:
+    return click.option(
+        "--rules", "rules", default="default", show_default=True, metavar="PACK",
+        help="Rule pack: a registered name (default, reference) or a directory of YAML rules.",
+    )(f)
+
+
+def catalog_option(f: F) -> F:
+    return click.option(
+        "--catalog", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+        help="Curated-model catalog (YAML). Accepted by classify so one command line serves "
+             "classify and trust; it does not change a class.",
+    )(f)
+
+
+def format_option(*choices: str) -> Callable[[F], F]:
+    def deco(f: F) -> F:
+        return click.option("--format", "fmt", type=click.Choice(choices), default=choices[0],
+                            show_default=True, help="Output format.")(f)
+    return deco
+
+
+def _guard(f: F) -> F:
+    """Turn any LoopError escaping a command into one line on stderr."""
+
+    @functools.wraps(f)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return f(*args, **kwargs)
+        except LoopError as e:
+            raise LoopClickError(str(e)) from e
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group(context_settings=CONTEXT_SETTINGS)
+@click.version_option(__version__, "--version", prog_name="loop-rules")
+def cli() -> None:
+    """Classify, trust and deduplicate LLM-serving capture bundles.
+
+    A capture bundle is a directory of JSON files (manifest.json, pt1-gate.json
+    ... pt4-smoke.json) written when a model was booted. loop-rules reads each
+    bundle strictly, puts every failure into one of six classes with a rule
+    pack, and keys it for deduplication.
+
+    \b
+    Example:
+        loop-rules classify examples/pull-captures
+        loop-rules explain examples/pull-captures/some-model/20260801T093000Z
+        loop-rules check --rules rules.d
+    """
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@rules_option
+@catalog_option
+@format_option("table", "json", "jsonl")
+@_guard
+def classify(paths: tuple[Path, ...], rules: str, catalog: Path | None, fmt: str) -> None:
+    """Classify every bundle under PATHS.
+
+    A PATH is a bundle directory or a folder searched recursively for bundles
+    (folders starting with '_' are spools and are skipped). Exit status 1
+    when any bundle could not be read, 0 otherwise.
+
+    \b
+    Example:
+        loop-rules classify examples/pull-captures
+        loop-rules classify --format jsonl --rules reference captures/ > verdicts.jsonl
+    """
+    from .batch import classify_paths, verdict_row
+
+    engine = _engine(rules)
+    rows = (verdict_row(o) for o in classify_paths(paths, engine))
+    bad = _emit_rows(rows, fmt, _classify_table)
+    if bad:
+        sys.exit(1)
+
+
+def _emit_rows(rows: Iterable[dict[str, Any]], fmt: str,
+               table: Callable[[Iterable[dict[str, Any]]], int]) -> int:
+    """Print rows as jsonl, one json array, or a table; return how many had reader errors."""
+    if fmt == "table":
+        return table(rows)
+    bad = 0
+    if fmt == "jsonl":
+        for row in rows:
+            bad += row.get("reader_error") is not None
+            click.echo(json.dumps(row, ensure_ascii=False))
+        return bad
+    collected = list(rows)
+    bad = sum(r.get("reader_error") is not None for r in collected)
+    click.echo(json.dumps(collected, indent=2, ensure_ascii=False))
+    return bad
+
+
+def _classify_table(rows: Iterable[dict[str, Any]]) -> int:
+    counts: dict[str, int] = {}
+    bad = 0
+    header = f"{'BUNDLE':40}  {'CLASS':19} {'TIER':12} {'RULE':36} DEDUP"
+    click.echo(header)
+    for row in rows:
+        name = _short_name(row["bundle"])
+        if row["reader_error"] is not None:
+            bad += 1
+            click.echo(f"{name:40}  {'(unreadable)':19} {'':12} {row['reader_error']['message']}")
+            continue
+        counts[row["failure_class"]] = counts.get(row["failure_class"], 0) + 1
+        click.echo(f"{name:40}  {row['failure_class']:19} {row['tier']:12} "
+                   f"{str(row['matched_rule']):36} {row['dedup_hash']}")
+        for warning in row.get("warnings") or []:
+            click.echo(f"{'':42}warning: {warning}")
+    total = sum(counts.values())
+    summary = ", ".join(f"{cls} {n}" for cls, n in sorted(counts.items()))
+    click.echo(f"\n{total + bad} bundle(s): {summary or 'none classified'}"
+               + (f"; {bad} unreadable" if bad else ""))
+    return bad
+
+
+def _short_name(path: str, width: int = 40) -> str:
+    parts = Path(path).parts
+    name = "/".join(parts[-2:]) if len(parts) >= 2 else path
+    return name if len(name) <= width else "..." + name[-(width - 3):]
+
+
+@cli.command()
+@click.argument("bundle", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@rules_option
+@format_option("text", "json")
+@_guard
+def explain(bundle: Path, rules: str, fmt: str) -> None:
+    """Show every matcher in order and why it did or did not match BUNDLE.
+
+    For each rule: the selector's value and the regex span or literal found.
+    The first matcher that decides wins; later ones are still shown.
+
+    \b
+    Example:
+        loop-rules explain --rules reference captures/acme-7b/20260801T093000Z
+    """
+    from .bundle import read_bundle
+    from .keys import dedup_key
+
+    engine = _engine(rules)
+    b = read_bundle(bundle)
+    verdict, traces = engine.explain(b)
+    key = dedup_key(b, verdict.failure_class.value)
+    if fmt == "json":
+        click.echo(json.dumps({
+            "bundle": str(bundle), "verdict": verdict.to_dict(), "dedup_hash": key.digest(),
+            "matchers": [{"matcher": t.matcher, "tier": t.tier.value, "matched": t.decided,
+                          "trace": [line for tr in t.traces for line in tr.lines()]}
+                         for t in traces],
+        }, indent=2, ensure_ascii=False))
+        return
+    click.echo(f"bundle: {bundle}")
+    click.echo(f"pack: {engine.pack.name} (rules_version {engine.pack.version})")
+    click.echo(f"error_substring: {verdict.error_substring!r}")
+    click.echo(f"fingerprint: {verdict.fingerprint}\n")
+    decided = False
+    for t in traces:
+        state = "MATCH" if t.decided else "no match"
+        if t.decided and decided:
+            state = "match (not used: an earlier matcher decided)"
+        click.echo(f"[{t.tier.value}] {t.matcher}: {state}")
+        decided = decided or t.decided
+        for tr in t.traces:
+            for line in tr.lines(1):
+                click.echo(line)
+    click.echo(f"\nverdict: {verdict.failure_class.value} ({verdict.tier.value}, "
+               f"rule {verdict.matched_rule}); should_file={verdict.should_file} "
+               f"review_queue={verdict.review_queue} dedup {key.digest()}")
+    for warning in verdict.warnings:
+        click.echo(f"warning: {warning}")
+
+
+@cli.command()
+@rules_option
+@_guard
+def check(rules: str) -> None:
+    """Validate a rule pack: report every problem at once.
+
+    Loads and compiles every file, runs each rule's own examples, and probes
+    every regex with long adversarial lines so a catastrophic pattern is
+    caught before it meets real logs. Exit status 1 on any problem.
+
+    \b
+    Example:
+        loop-rules check --rules rules.d
+        loop-rules check --rules reference
+    """
+    from .selftest import probe_regexes, run_examples
+
+    try:
+        engine = _engine_or_problems(rules)
+    except RuleError as e:
+        for problem in e.problems:
+            click.echo(f"error: {problem}")
+        click.echo(f"check: {len(e.problems)} problem(s)")
+        sys.exit(1)
+    problems: list[str] = []
+    for case in run_examples(engine):
+        if not case.ok:
+            why = f" ({case.detail})" if case.detail else ""
+            problems.append(f"{case.name}: expected {case.expected}, got {case.got}{why}")
+    regex_errors, regex_warnings = probe_regexes(engine.pack.rules)
+    problems.extend(regex_errors)
+    for problem in problems:
+        click.echo(f"error: {problem}")
+    for warning in regex_warnings:
+        click.echo(f"warning: {warning}")
+    pack = engine.pack
+    click.echo(f"check: pack {pack.name}: {len(pack.rules)} rules, {len(pack.exact)} exact "
+               f"fingerprints, {len(pack.files)} files; {len(problems)} problem(s)")
+    if problems:
+        sys.exit(1)
+
+
+def _engine_or_problems(rules: str) -> Any:
+    from .engine import Engine
+
+    return Engine.build(rules, collect_errors=True)
+
+
+@cli.command()
+@rules_option
+@click.option("--verbose", "-v", is_flag=True, help="Show passing cases too.")
+@format_option("text", "json")
+@_guard
+def test(rules: str, verbose: bool, fmt: str) -> None:
+    """Replay the seed corpus and every rule's examples against a pack.
+
+    The seed corpus holds each Appendix-A row and each gate row as a bundle
+    with its expected class. Exit status 1 when any case fails.
+
+    \b
+    Example:
+        loop-rules test
+        loop-rules test --rules reference -v
+    """
+    from .selftest import run_examples, run_seed_corpus
+
+    engine = _engine(rules)
+    cases = run_seed_corpus(engine) + run_examples(engine)
+    failed = [c for c in cases if not c.ok]
+    if fmt == "json":
+        click.echo(json.dumps({
+            "pack": engine.pack.name, "passed": len(cases) - len(failed), "failed": len(failed),
+            "cases": [{"name": c.name, "ok": c.ok, "expected": c.expected, "got": c.got,
+                       "detail": c.detail} for c in cases],
+        }, indent=2))
+    else:
+        for c in cases:
+            if verbose or not c.ok:
+                mark = "PASS" if c.ok else "FAIL"
+                extra = "" if c.ok else f": expected {c.expected}, got {c.got}"
+                click.echo(f"{mark} {c.name}{extra}")
+        click.echo(f"{len(cases) - len(failed)} passed, {len(failed)} failed")
+    if failed:
+        sys.exit(1)
+
+
+@cli.command()
+@_guard
+def plugins() -> None:
+    """Print the loaded plugins and the hooks each implements, as JSON.
+
+    Third-party plugins load from the 'loop_rules' entry-point group; set
+    LOOP_RULES_DISABLE_PLUGIN_AUTOLOAD=1 to load only the built-ins.
+
+    \b
+    Example:
+        loop-rules plugins
+    """
+    from .engine import condition_kinds, rule_packs
+    from .plugins import collect, make_plugin_manager, plugin_report
+
+    pm = make_plugin_manager()
+    matchers = collect(pm, "loop_register_matchers", lambda m: m.name, "matcher")
+    kinds = collect(pm, "loop_register_conditions", lambda k: k.name, "condition kind")
+    condition_kinds(pm)
+    report = {
+        "plugins": plugin_report(pm),
+        "matchers": [{"name": name, "tier": m.tier.value, "order": m.order, "plugin": plugin}
+                     for name, (m, plugin) in sorted(matchers.items(), key=lambda kv: kv[1][0].sort_key())],
+        "condition_kinds": [{"name": name, "plugin": plugin} for name, (_k, plugin) in sorted(kinds.items())],
+        "rule_packs": [{"name": name, "path": str(info.path)} for name, info in sorted(rule_packs(pm).items())],
+    }
+    click.echo(json.dumps(report, indent=2))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``loop-rules`` console script."""
+    cli.main(args=argv, prog_name="loop-rules")

@@ -1,0 +1,402 @@
+"""Compiled conditions: what a rule's ``when`` becomes after loading.
+
+Three steps stay apart (as in pySigma): :mod:`loop_core.rules` parses and
+validates YAML, :func:`compile_condition` turns one validated mapping into a
+tree of frozen nodes here (regexes and JSONPath compiled once), and the nodes
+evaluate against a :class:`~loop_core.view.View`. Evaluation never sees YAML.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import regex
+
+from .view import MISSING, SIGNALS, View
+
+__all__ = [
+    "Condition",
+    "ConditionKind",
+    "DEFAULT_REGEX_TIMEOUT",
+    "OPERATORS",
+    "Selector",
+    "Trace",
+    "compile_condition",
+]
+
+DEFAULT_REGEX_TIMEOUT = 0.25  # seconds per regex search
+OPERATORS = ("regex", "contains", "equals", "in", "exists", "truthy")
+COMBINATORS = ("all", "any", "not")
+TOP_LEVEL = ("manifest", "pt1", "pt2", "pt3", "pt4", "pt5", "signal")
+
+# $.a.b-c['d e'][0]: resolved by a plain walk, no JSONPath machinery.
+_SIMPLE_PATH = re.compile(r"^\$((?:\.[A-Za-z_][\w-]*|\['[^'\\]*'\]|\[\d+\])+)$")
+_STEP = re.compile(r"\.([A-Za-z_][\w-]*)|\['([^'\\]*)'\]|\[(\d+)\]")
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """Why a condition did or did not match, for ``loop-rules explain``."""
+
+    label: str
+    matched: bool
+    detail: str = ""
+    children: tuple[Trace, ...] = ()
+
+    def lines(self, indent: int = 0) -> list[str]:
+        mark = "+" if self.matched else "-"
+        text = f"{'  ' * indent}{mark} {self.label}"
+        if self.detail:
+            text += f": {self.detail}"
+        out = [text]
+        for child in self.children:
+            out.extend(child.lines(indent + 1))
+        return out
+
+
+class Condition:
+    """A compiled condition node."""
+
+    def evaluate(self, view: View) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def explain(self, view: View) -> Trace:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def required_literals(self) -> frozenset[str] | None:
+        """Lower-cased literals one of which must occur for a match, or None if unknown."""
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ConditionKind:
+    """A condition kind usable from YAML as ``{<name>: <argument>}``.
+
+    ``compile`` validates the YAML argument once at load time (raise
+    ``ValueError`` with a message to reject it) and returns what ``evaluate``
+    receives; ``evaluate(view, compiled)`` returns whether the bundle matches.
+    """
+
+    name: str
+    evaluate: Callable[[View, Any], bool]
+    compile: Callable[[Any], Any] = field(default=lambda arg: arg)
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """A compiled JSONPath selector into the view document."""
+
+    text: str
+    steps: tuple[str | int, ...] | None  # the fast path, when the path is simple
+    jsonpath: Any = None
+
+    def values(self, view: View) -> list[Any]:
+        if self.steps is None:
+            return [m.value for m in self.jsonpath.find(view.document())]
+        first = self.steps[0]
+        if first == "signal" and len(self.steps) >= 2:
+            value: Any = view.signal(str(self.steps[1]))
+            rest = self.steps[2:]
+        else:
+            value = view.top(str(first))
+            rest = self.steps[1:]
+        if value is MISSING:
+            return []
+        for step in rest:
+            if isinstance(step, int):
+                if not isinstance(value, list) or step >= len(value):
+                    return []
+                value = value[step]
+            else:
+                if not isinstance(value, dict) or step not in value:
+                    return []
+                value = value[step]
+        return [value]
+
+
+def compile_selector(text: Any) -> Selector:
+    if not isinstance(text, str) or not text.startswith("$"):
+        raise ValueError(f"selector must be a JSONPath string starting with '$', got {text!r}")
+    m = _SIMPLE_PATH.match(text)
+    if m:
+        steps: list[str | int] = []
+        for name, quoted, index in _STEP.findall(m.group(1)):
+            steps.append(int(index) if index else (name or quoted))
+        _check_top(steps[0], text)
+        if steps[0] == "signal" and len(steps) >= 2 and steps[1] not in SIGNALS:
+            raise ValueError(f"unknown signal {steps[1]!r} in selector {text!r}")
+        return Selector(text, tuple(steps))
+    try:
+        from jsonpath_ng.ext import parse  # imported lazily: start-up cost
+    except ImportError:  # pragma: no cover
+        from jsonpath_ng import parse
+    try:
+        compiled = parse(text)
+    except Exception as e:  # jsonpath-ng raises several unrelated types
+        raise ValueError(f"invalid JSONPath {text!r}: {e}") from e
+    return Selector(text, None, compiled)
+
+
+def _check_top(first: str | int, text: str) -> None:
+    if first not in TOP_LEVEL:
+        raise ValueError(
+            f"selector {text!r} must start with one of {', '.join('$.' + t for t in TOP_LEVEL)}"
+        )
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(frozen=True, slots=True)
+class All(Condition):
+    items: tuple[Condition, ...]
+
+    def evaluate(self, view: View) -> bool:
+        return all(c.evaluate(view) for c in self.items)
+
+    def explain(self, view: View) -> Trace:
+        children = tuple(c.explain(view) for c in self.items)
+        return Trace("all", all(c.matched for c in children), children=children)
+
+    def required_literals(self) -> frozenset[str] | None:
+        for item in self.items:
+            lits = item.required_literals()
+            if lits is not None:
+                return lits
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Any_(Condition):
+    items: tuple[Condition, ...]
+
+    def evaluate(self, view: View) -> bool:
+        return any(c.evaluate(view) for c in self.items)
+
+    def explain(self, view: View) -> Trace:
+        children = tuple(c.explain(view) for c in self.items)
+        return Trace("any", any(c.matched for c in children), children=children)
+
+    def required_literals(self) -> frozenset[str] | None:
+        union: set[str] = set()
+        for item in self.items:
+            lits = item.required_literals()
+            if lits is None:
+                return None
+            union |= lits
+        return frozenset(union)
+
+
+@dataclass(frozen=True, slots=True)
+class Not(Condition):
+    item: Condition
+
+    def evaluate(self, view: View) -> bool:
+        return not self.item.evaluate(view)
+
+    def explain(self, view: View) -> Trace:
+        child = self.item.explain(view)
+        return Trace("not", not child.matched, children=(child,))
+
+
+@dataclass(frozen=True, slots=True)
+class Kind(Condition):
+    """A plugin-registered condition kind, e.g. ``{gate_abort_reason: [disk-short]}``."""
+
+    kind: ConditionKind
+    argument: Any
+    source_argument: Any
+
+    def evaluate(self, view: View) -> bool:
+        return bool(self.kind.evaluate(view, self.argument))
+
+    def explain(self, view: View) -> Trace:
+        matched = self.evaluate(view)
+        return Trace(f"{self.kind.name} {_short(self.source_argument)}", matched)
+
+
+@dataclass(frozen=True, slots=True)
+class Select(Condition):
+    """``{select: PATH, <operator>: VALUE}``: true when any selected value satisfies it."""
+
+    selector: Selector
+    op: str
+    operand: Any
+    ignore_case: bool = False
+    timeout: float = DEFAULT_REGEX_TIMEOUT
+
+    def evaluate(self, view: View) -> bool:
+        return self._check(view, self.selector.values(view))[0]
+
+    def explain(self, view: View) -> Trace:
+        values = self.selector.values(view)
+        matched, detail = self._check(view, values)
+        shown = "<missing>" if not values else _short(values[0] if len(values) == 1 else values)
+        label = f"{self.selector.text} {self.op} {_short(self._operand_text())}"
+        return Trace(label, matched, f"value {shown}" + (f"; {detail}" if detail else ""))
+
+    def _operand_text(self) -> Any:
+        if self.op == "regex":
+            return self.operand.pattern
+        if self.op == "contains":
+            mode, lits = self.operand
+            return {mode: list(lits)}
+        return self.operand
+
+    def required_literals(self) -> frozenset[str] | None:
+        if self.op == "contains" and self.operand[0] == "any" and self.ignore_case:
+            return frozenset(self.operand[1])
+        return None
+
+    def _check(self, view: View, values: list[Any]) -> tuple[bool, str]:
+        op = self.op
+        if op == "exists":
+            return (bool(values) == self.operand), ""
+        if not values:
+            return False, ""
+        for value in values:
+            hit, detail = self._one(view, value)
+            if hit:
+                return True, detail
+        return False, ""
+
+    def _one(self, view: View, value: Any) -> tuple[bool, str]:
+        op = self.op
+        if op == "regex":
+            if not isinstance(value, str):
+                return False, ""
+            try:
+                m = self.operand.search(value, timeout=self.timeout)
+            except TimeoutError:
+                view.warnings.append(
+                    f"regex {self.operand.pattern!r} on {self.selector.text} timed out after "
+                    f"{self.timeout:g}s; counted as no match"
+                )
+                return False, "timed out"
+            if m is None:
+                return False, ""
+            return True, f"span {m.span()} {_short(m.group())}"
+        if op == "contains":
+            mode, lits = self.operand
+            if isinstance(value, str):
+                hay = value.lower() if self.ignore_case else value
+                found = [lit for lit in lits if lit in hay]
+            elif isinstance(value, list):
+                items = {(str(v).lower() if self.ignore_case else v) for v in value if isinstance(v, str)}
+                found = [lit for lit in lits if lit in items]
+            else:
+                return False, ""
+            ok = bool(found) if mode == "any" else len(found) == len(lits)
+            return ok, (f"found {', '.join(map(repr, found))}" if ok else "")
+        if op == "equals":
+            return _equal(value, self.operand, self.ignore_case), ""
+        if op == "in":
+            return any(_equal(value, o, self.ignore_case) for o in self.operand), ""
+        if op == "truthy":
+            return bool(value) == self.operand, ""
+        raise AssertionError(op)  # pragma: no cover - validated at load
+
+
+def _equal(value: Any, operand: Any, ignore_case: bool) -> bool:
+    if ignore_case and isinstance(value, str) and isinstance(operand, str):
+        return value.lower() == operand.lower()
+    if isinstance(value, bool) != isinstance(operand, bool):
+        return False  # JSON true is not the number 1
+    return bool(value == operand)
+
+
+def compile_condition(
+    raw: Any,
+    kinds: Mapping[str, ConditionKind],
+    *,
+    timeout: float = DEFAULT_REGEX_TIMEOUT,
+    where: str = "when",
+) -> Condition:
+    """Compile one validated ``when`` value; raises ``ValueError`` naming ``where``."""
+    if isinstance(raw, list):
+        return All(tuple(compile_condition(c, kinds, timeout=timeout, where=f"{where}[{i}]")
+                         for i, c in enumerate(raw)))
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError(f"{where}: a condition must be a non-empty mapping or list, got {_short(raw)}")
+    keys = set(raw)
+    if "select" in keys:
+        return _compile_select(raw, timeout, where)
+    if len(keys) != 1:
+        raise ValueError(f"{where}: expected one of all/any/not/select or a condition kind, got keys {sorted(keys)}")
+    (name, arg), = raw.items()
+    if name in ("all", "any"):
+        if not isinstance(arg, list) or not arg:
+            raise ValueError(f"{where}.{name}: needs a non-empty list of conditions")
+        items = tuple(compile_condition(c, kinds, timeout=timeout, where=f"{where}.{name}[{i}]")
+                      for i, c in enumerate(arg))
+        return All(items) if name == "all" else Any_(items)
+    if name == "not":
+        return Not(compile_condition(arg, kinds, timeout=timeout, where=f"{where}.not"))
+    kind = kinds.get(name)
+    if kind is None:
+        known = ", ".join(sorted(kinds)) or "none"
+        raise ValueError(f"{where}: unknown condition {name!r} (condition kinds: {known})")
+    try:
+        compiled = kind.compile(arg)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{where}.{name}: {e}") from e
+    return Kind(kind, compiled, arg)
+
+
+def _compile_select(raw: dict[str, Any], timeout: float, where: str) -> Select:
+    selector = compile_selector(raw["select"])
+    ignore_case = raw.get("ignore_case", False)
+    if not isinstance(ignore_case, bool):
+        raise ValueError(f"{where}.ignore_case: must be true or false, got {ignore_case!r}")
+    ops = [k for k in raw if k in OPERATORS]
+    extra = sorted(set(raw) - set(OPERATORS) - {"select", "ignore_case"})
+    if extra:
+        raise ValueError(f"{where}: unknown keys {extra} (operators: {', '.join(OPERATORS)})")
+    if len(ops) != 1:
+        raise ValueError(f"{where}: select needs exactly one operator of {', '.join(OPERATORS)}, got {ops or 'none'}")
+    op = ops[0]
+    value = raw[op]
+    operand: Any
+    if op == "regex":
+        if not isinstance(value, str):
+            raise ValueError(f"{where}.regex: must be a string, got {_short(value)}")
+        flags = regex.IGNORECASE if ignore_case else 0
+        try:
+            operand = regex.compile(value, flags | regex.VERSION0)
+        except regex.error as e:
+            raise ValueError(f"{where}: invalid regex {value!r}: {e}") from e
+    elif op == "contains":
+        operand = _compile_contains(value, ignore_case, where)
+    elif op == "in":
+        if not isinstance(value, list) or not value:
+            raise ValueError(f"{where}.in: must be a non-empty list, got {_short(value)}")
+        operand = tuple(value)
+    elif op in ("exists", "truthy"):
+        if not isinstance(value, bool):
+            raise ValueError(f"{where}.{op}: must be true or false, got {value!r}")
+        operand = value
+    else:  # equals
+        if isinstance(value, (dict, list)):
+            raise ValueError(f"{where}.equals: must be a scalar, got {_short(value)}")
+        operand = value
+    return Select(selector, op, operand, ignore_case, timeout)
+
+
+def _compile_contains(value: Any, ignore_case: bool, where: str) -> tuple[str, tuple[str, ...]]:
+    mode = "any"
+    if isinstance(value, dict):
+        if len(value) != 1 or next(iter(value)) not in ("any", "all"):
+            raise ValueError(f"{where}.contains: a mapping must be {{any: [...]}} or {{all: [...]}}")
+        mode, value = next(iter(value.items()))
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{where}.contains: needs a non-empty string or list of non-empty strings")
+    lits: Sequence[str] = [v.lower() for v in value] if ignore_case else value
+    return mode, tuple(lits)

@@ -1,0 +1,197 @@
+"""Classify bundles: the matcher chain, first match wins (CONTRACTS §3.3, §3.7).
+
+An :class:`Engine` is built once per run from a plugin manager and a rule
+pack: it collects the condition kinds, loads and compiles the pack, and
+sorts the matchers. ``classify`` is then a pure function of the bundle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from .bundle import Bundle
+from .conditions import ConditionKind, Trace
+from .errors import PluginError, RuleError
+from .keys import error_substring, tier2_fingerprint
+from .packs import PackInfo
+from .plugins import collect, make_plugin_manager
+from .rules import RulePack, load_rules
+from .verdict import Classification, FailureClass, Match, Tier, coerce_class
+from .view import View
+
+__all__ = [
+    "Engine",
+    "MatchContext",
+    "Matcher",
+    "MatcherTrace",
+    "condition_kinds",
+    "describe_matchers",
+    "resolve_pack",
+    "rule_packs",
+]
+
+RESERVED_KINDS = frozenset({"all", "any", "not", "select"})
+
+
+@dataclass(slots=True)
+class MatchContext:
+    """What a matcher sees for one bundle."""
+
+    bundle: Bundle
+    view: View
+    pack: RulePack
+    error_substring: str
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
+class Matcher:
+    """One link of the classification chain.
+
+    ``match`` returns a :class:`Match` to decide or None to defer.
+    ``explain`` (optional) returns traces saying why it did or did not match.
+    """
+
+    name: str
+    tier: Tier
+    order: int
+    match: Callable[[MatchContext], Match | None]
+    explain: Callable[[MatchContext], list[Trace]] | None = None
+    description: str = ""
+
+    def sort_key(self) -> tuple[int, int, str]:
+        return (0 if self.tier is Tier.TIER1 else 1, self.order, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class MatcherTrace:
+    """``explain`` output for one matcher."""
+
+    matcher: str
+    tier: Tier
+    decided: bool
+    traces: tuple[Trace, ...] = ()
+
+
+def condition_kinds(pm: pluggy.PluginManager) -> dict[str, ConditionKind]:
+    found = collect(pm, "loop_register_conditions", lambda k: k.name, "condition kind")
+    for name, (_kind, plugin) in found.items():
+        if name in RESERVED_KINDS:
+            raise PluginError(f"plugin {plugin!r}: condition kind name {name!r} is reserved")
+    return {name: kind for name, (kind, _plugin) in found.items()}
+
+
+def rule_packs(pm: pluggy.PluginManager) -> dict[str, PackInfo]:
+    found = collect(pm, "loop_register_rule_packs", lambda p: p.name, "rule pack")
+    return {name: info for name, (info, _plugin) in found.items()}
+
+
+def resolve_pack(spec: str | Path, packs: Mapping[str, PackInfo]) -> tuple[Path, str, str]:
+    """``(directory, pack name, display root)`` for a pack name or a directory."""
+    text = str(spec)
+    if text in packs:
+        return packs[text].path, text, text
+    path = Path(spec)
+    if path.is_dir():
+        return path, path.name, text.rstrip("/") or path.name
+    names = ", ".join(sorted(packs)) or "none"
+    raise RuleError(f"--rules {text!r}: neither a registered pack ({names}) nor a directory")
+
+
+class Engine:
+    """A compiled pack plus the sorted matcher chain."""
+
+    def __init__(self, pack: RulePack, matchers: list[Matcher], kinds: Mapping[str, ConditionKind],
+                 pm: pluggy.PluginManager) -> None:
+        self.pack = pack
+        self.matchers = tuple(sorted(matchers, key=Matcher.sort_key))
+        self.kinds = dict(kinds)
+        self.pm = pm
+
+    @classmethod
+    def build(cls, rules: str | Path = "default", pm: pluggy.PluginManager | None = None,
+              *, collect_errors: bool = False) -> Engine:
+        """Load the pack ``rules`` (a name or a directory) with the plugins of ``pm``.
+
+        :raises RuleError: the pack is invalid.
+        :raises PluginError: a plugin broke a registration contract.
+        """
+        pm = pm or make_plugin_manager()
+        kinds = condition_kinds(pm)
+        root, name, shown = resolve_pack(rules, rule_packs(pm))
+        pack = load_rules(root, kinds, name=name, collect_errors=collect_errors, display_root=shown)
+        found = collect(pm, "loop_register_matchers", lambda m: m.name, "matcher")
+        matchers = []
+        for mname, (matcher, plugin) in found.items():
+            if not isinstance(matcher, Matcher) or not callable(matcher.match):
+                raise PluginError(f"plugin {plugin!r}: matcher {mname!r} is not a Matcher")
+            matchers.append(matcher)
+        return cls(pack, matchers, kinds, pm)
+
+    def context(self, bundle: Bundle) -> MatchContext:
+        view = View(bundle)
+        substring = error_substring(bundle)
+        fingerprint = tier2_fingerprint(substring, bundle.arch_family, bundle.engine_version)
+        return MatchContext(bundle, view, self.pack, substring, fingerprint)
+
+    def classify(self, bundle: Bundle) -> Classification:
+        """Decide the class of one bundle. Never raises for a bundle that was read."""
+        ctx = self.context(bundle)
+        for matcher in self.matchers:
+            result = matcher.match(ctx)
+            if result is not None:
+                return self._verdict(ctx, matcher, result)
+        return self._routed(ctx, FailureClass.UNKNOWN, Tier.NONE, None)
+
+    def explain(self, bundle: Bundle) -> tuple[Classification, list[MatcherTrace]]:
+        """Run every matcher in order and say why each did or did not decide."""
+        ctx = self.context(bundle)
+        traces = []
+        verdict: Classification | None = None
+        for matcher in self.matchers:
+            result = matcher.match(ctx)
+            detail = tuple(matcher.explain(ctx)) if matcher.explain else ()
+            decided = result is not None and verdict is None
+            traces.append(MatcherTrace(matcher.name, matcher.tier, result is not None, detail))
+            if decided and result is not None:
+                verdict = self._verdict(ctx, matcher, result)
+        if verdict is None:
+            verdict = self._routed(ctx, FailureClass.UNKNOWN, Tier.NONE, None)
+        return verdict, traces
+
+    def _verdict(self, ctx: MatchContext, matcher: Matcher, result: Match) -> Classification:
+        cls = coerce_class(result.failure_class)
+        if matcher.tier is Tier.TIER1:
+            # §3.7: Tier-1 never review-queues; only Tier-1 may route a kv-calc bug.
+            return Classification(
+                cls, Tier.TIER1, result.rule_id, ctx.fingerprint, ctx.error_substring,
+                should_file=_fileable(cls), review_queue=False,
+                route_as_kv_calc_bug=bool(result.route_as_kv_calc_bug) and cls is FailureClass.GENUINE_OOM,
+                delta_mib=result.delta_mib, tier1_inputs=result.tier1_inputs,
+                rules_version=self.pack.version, warnings=tuple(ctx.view.warnings),
+            )
+        return self._routed(ctx, cls, Tier.TIER2, result.rule_id)
+
+    def _routed(self, ctx: MatchContext, cls: FailureClass, tier: Tier, rule: str | None) -> Classification:
+        return Classification(
+            cls, tier, rule, ctx.fingerprint, ctx.error_substring,
+            should_file=_fileable(cls), review_queue=cls is FailureClass.UNKNOWN,
+            rules_version=self.pack.version, warnings=tuple(ctx.view.warnings),
+        )
+
+
+def _fileable(cls: FailureClass) -> bool:
+    return cls not in (FailureClass.BENIGN_COLD_START, FailureClass.UNKNOWN)
+
+
+def describe_matchers(engine: Engine) -> list[dict[str, Any]]:
+    return [
+        {"name": m.name, "tier": m.tier.value, "order": m.order, "description": m.description}
+        for m in engine.matchers
+    ]
+

@@ -1,0 +1,48 @@
+"""The error tree: every error loop_core raises on purpose is a ``LoopError``.
+
+Messages name the place first, then the problem, then the bad value, e.g.
+``rules.d/40-quant.yml[0] quant-weight-dtype: invalid regex '(': ...``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["BundleError", "CatalogError", "LoopError", "PluginError", "RuleError", "TrackerError"]
+
+
+class LoopError(Exception):
+    """Base for every error loop_core raises on purpose."""
+
+
+class BundleError(LoopError):
+    """A capture bundle is missing, unreadable or malformed.
+
+    ``path`` is the bundle directory (or the file inside it) that failed.
+    """
+
+    def __init__(self, message: str, *, path: object = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class RuleError(LoopError):
+    """A rule pack is invalid.
+
+    ``problems`` lists every problem found when the pack was loaded with
+    ``collect_errors=True``; otherwise it holds the single problem raised.
+    """
+
+    def __init__(self, message: str, *, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = problems or (message,)
+
+
+class PluginError(LoopError):
+    """A plugin broke a hook contract (duplicate name, bad return value)."""
+
+
+class CatalogError(LoopError):
+    """A curated-model catalog file is unreadable or malformed."""
+
+
+class TrackerError(LoopError):
+    """A tracker backend could not store or read an issue."""

@@ -1,0 +1,66 @@
+"""The plugin contract: every hook a plugin may implement, grouped by phase.
+
+Hooks are named ``loop_*`` (the pluggy project name is ``loop``). Hooks that
+contribute things take a ``register`` callback so the host can check names
+and reject duplicates with a :class:`~loop_core.errors.PluginError` naming
+both plugins. Registration hooks run once per plugin manager, never at import.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .conditions import ConditionKind
+    from .engine import Matcher
+    from .packs import PackInfo
+
+__all__ = ["hookimpl", "hookspec"]
+
+hookspec = pluggy.HookspecMarker("loop")
+hookimpl = pluggy.HookimplMarker("loop")
+
+
+# -- Registration: once per plugin manager, when an engine is built ---------
+
+
+@hookspec
+def loop_register_rule_packs(register: Callable[[PackInfo], None]) -> None:
+    """Contribute named rule packs selectable with ``--rules NAME``.
+
+    Call ``register(PackInfo(name, path, description))`` once per pack. A
+    name registered twice raises ``PluginError``. The built-in
+    ``loop_rules.packs`` plugin registers ``default`` and ``reference``.
+    Return value: ignored.
+    """
+
+
+@hookspec
+def loop_register_conditions(register: Callable[[ConditionKind], None]) -> None:
+    """Contribute condition kinds usable in YAML rules as ``{<name>: <argument>}``.
+
+    Call ``register(ConditionKind(name, evaluate, compile, description))``.
+    ``compile(argument)`` runs once when a pack loads and may raise
+    ``ValueError`` to reject a bad argument (reported with the rule's file,
+    index and id); ``evaluate(view, compiled)`` returns a bool. Names must
+    not clash with another kind or with ``all``/``any``/``not``/``select``.
+    Return value: ignored.
+    """
+
+
+@hookspec
+def loop_register_matchers(register: Callable[[Matcher], None]) -> None:
+    """Contribute matchers to the classification chain.
+
+    Call ``register(Matcher(name, tier, order, match, explain))``. The chain
+    runs Tier-1 matchers before Tier-2 ones, and within a tier by ascending
+    ``order`` then name; registration order never matters. The first matcher
+    whose ``match(context)`` returns a :class:`~loop_core.verdict.Match`
+    decides the bundle; ``None`` defers to the next. Built-ins: the Tier-1
+    OOM fast path (order 100), the exact-fingerprint table (Tier-2, order
+    100) and the YAML condition rows (Tier-2, order 200). Return value:
+    ignored.
+    """

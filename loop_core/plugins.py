@@ -1,0 +1,123 @@
+"""Build plugin managers and collect what plugins register.
+
+There is no module-level manager: the CLI builds one per run, tests one per
+test. Built-ins are registered by name first, then third-party plugins from
+the ``loop_rules`` entry-point group unless ``LOOP_RULES_DISABLE_PLUGIN_AUTOLOAD``
+is set. ``LOOP_RULES_TRACE_HOOKS=1`` traces every hook call to stderr.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import pluggy
+
+from . import hookspecs
+from .errors import PluginError
+
+__all__ = [
+    "AUTOLOAD_ENV",
+    "BUILTIN_PLUGINS",
+    "ENTRY_POINT_GROUP",
+    "collect",
+    "make_plugin_manager",
+    "plugin_report",
+]
+
+BUILTIN_PLUGINS = (
+    "loop_rules.packs",
+    "loop_rules.conditions",
+    "loop_rules.tier1",
+    "loop_rules.tier2",
+)
+ENTRY_POINT_GROUP = "loop_rules"
+AUTOLOAD_ENV = "LOOP_RULES_DISABLE_PLUGIN_AUTOLOAD"
+TRACE_ENV = "LOOP_RULES_TRACE_HOOKS"
+
+T = TypeVar("T")
+
+
+def make_plugin_manager(
+    *,
+    builtins: Sequence[str] = BUILTIN_PLUGINS,
+    entry_points: bool = True,
+    plugins: Sequence[object] = (),
+) -> pluggy.PluginManager:
+    """A fresh plugin manager with the built-ins, ``plugins`` and (unless disabled) entry points.
+
+    :raises PluginError: a plugin failed to import or implements an unknown hook.
+    """
+    pm = pluggy.PluginManager("loop")
+    pm.add_hookspecs(hookspecs)
+    for name in builtins:
+        pm.register(importlib.import_module(name), name=name)
+    for plugin in plugins:
+        pm.register(plugin)
+    if entry_points and not os.environ.get(AUTOLOAD_ENV):
+        try:
+            pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+        except Exception as e:  # a broken third-party package must name itself
+            raise PluginError(f"entry point group {ENTRY_POINT_GROUP!r}: cannot load a plugin: {e!r}") from e
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as e:
+        raise PluginError(f"plugin {e.plugin!r}: {e}") from e
+    if os.environ.get(TRACE_ENV):
+        pm.trace.root.setwriter(sys.stderr.write)
+        pm.enable_tracing()
+    return pm
+
+
+def collect(
+    pm: pluggy.PluginManager,
+    hook_name: str,
+    key: Callable[[T], str],
+    what: str,
+) -> dict[str, tuple[T, str]]:
+    """Call a ``register`` hook on every plugin; return name -> (item, plugin name).
+
+    Each implementation gets its own callback so a duplicate can name both
+    plugins.
+    """
+    found: dict[str, tuple[T, str]] = {}
+    hook = getattr(pm.hook, hook_name)
+    for impl in sorted(hook.get_hookimpls(), key=lambda i: i.plugin_name):
+        def register(item: T, _plugin: str = impl.plugin_name) -> None:
+            name = key(item)
+            if name in found:
+                raise PluginError(
+                    f"{what} {name!r} registered twice: by plugin {found[name][1]!r} "
+                    f"and by plugin {_plugin!r}"
+                )
+            found[name] = (item, _plugin)
+
+        try:
+            impl.function(register=register)
+        except PluginError:
+            raise
+        except Exception as e:
+            raise PluginError(f"plugin {impl.plugin_name!r}: {hook_name} failed: {e!r}") from e
+    return found
+
+
+def plugin_report(pm: pluggy.PluginManager) -> list[dict[str, Any]]:
+    """Every registered plugin with its hooks, for ``loop-rules plugins``."""
+    dists = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
+    out = []
+    for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):
+        if plugin is None:
+            continue
+        hooks = sorted(h.name for h in (pm.get_hookcallers(plugin) or []))
+        entry: dict[str, Any] = {"name": name, "hooks": hooks}
+        dist = dists.get(id(plugin))
+        if dist is not None:
+            entry["distribution"] = dist.project_name
+            entry["version"] = dist.version
+        else:
+            entry["builtin"] = name in BUILTIN_PLUGINS
+        out.append(entry)
+    return out

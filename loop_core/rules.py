@@ -1,0 +1,385 @@
+"""Load a rule pack: parse, validate and compile every file once.
+
+A pack is a directory of ``*.yml`` files loaded in sorted file-name order
+(order is priority), plus an optional ``pack.yml`` with settings. Each rule
+file is either a list of rules or a mapping with ``rules`` and/or ``exact``
+(the exact-fingerprint table). See ``docs/rules.md``.
+
+Loading rejects unknown keys, YAML anchors and aliases (alias bombs),
+duplicate keys and ids, classes outside the six, invalid regexes and
+selectors, and rules without examples. With ``collect_errors=True`` every
+problem is reported at once, each naming ``file[index] rule-id``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from .conditions import DEFAULT_REGEX_TIMEOUT, Condition, ConditionKind, compile_condition
+from .errors import RuleError
+from .verdict import FailureClass
+
+__all__ = ["PackSettings", "Rule", "RulePack", "RuleSource", "load_rules", "load_yaml_text"]
+
+PACK_FILE = "pack.yml"
+RULE_KEYS = frozenset({"id", "class", "description", "when", "examples"})
+EXAMPLE_FILES = frozenset({"manifest", "pt1", "pt2", "pt3", "pt4", "pt5"})
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+_FINGERPRINT = re.compile(r"^[0-9a-f]{12}$")
+_CLASSES = {c.value for c in FailureClass}
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSource:
+    """Where a rule came from: a file of the pack and the rule's index in it."""
+
+    path: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.path}[{self.index}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One compiled condition rule (Tier-2)."""
+
+    id: str
+    failure_class: FailureClass
+    description: str
+    when: Condition
+    match_examples: tuple[Any, ...]
+    no_match_examples: tuple[Any, ...]
+    source: RuleSource
+
+
+@dataclass(frozen=True, slots=True)
+class PackSettings:
+    """Pack-wide settings from ``pack.yml``.
+
+    ``tier1_oom_signature`` replaces the reference's Tier-1 OOM signature
+    when set; ``tier1_oom_unless`` vetoes it (e.g. host-RAM OOM kills);
+    ``tier1_oom_surface`` is ``reference`` (CONTRACTS §3.5.2) or ``all_text``.
+    """
+
+    name: str = ""
+    description: str = ""
+    regex_timeout: float = DEFAULT_REGEX_TIMEOUT
+    tier1_oom_signature: tuple[str, ...] = ()
+    tier1_oom_unless: tuple[str, ...] = ()
+    tier1_oom_surface: str = "reference"
+
+
+@dataclass(frozen=True, slots=True)
+class RulePack:
+    """A loaded, compiled rule pack. Evaluation never sees raw YAML."""
+
+    name: str
+    root: Path | None
+    rules: tuple[Rule, ...]
+    exact: Mapping[str, str]
+    settings: PackSettings
+    version: str
+    files: tuple[str, ...] = ()
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """Safe YAML that refuses anchors/aliases and duplicate keys, and keeps keys as text.
+
+    Keys stay the text written in the file, so an exact-table fingerprint such
+    as ``012345670123`` is never read as a number (CONTRACTS §8.2.10).
+    """
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise yaml.constructor.ConstructorError(
+                None, None, "aliases are not allowed in rule files", event.start_mark)
+        if getattr(event, "anchor", None) is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, "anchors are not allowed in rule files", event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        if not isinstance(node, yaml.MappingNode):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"expected a mapping, found {node.id}", node.start_mark)
+        out: dict[Any, Any] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise yaml.constructor.ConstructorError(
+                    None, None, "mapping keys must be plain text", key_node.start_mark)
+            key = key_node.value
+            if key in out:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            out[key] = self.construct_object(value_node, deep=deep)
+        return out
+
+
+_StrictLoader.add_constructor(
+    "tag:yaml.org,2002:map",
+    lambda loader, node: loader.construct_mapping(node, deep=True),
+)
+
+
+def load_yaml_text(text: str, name: str = "<string>") -> Any:
+    """Parse YAML with the strict rule-file loader; raises ``RuleError`` naming ``name``."""
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as e:
+        raise RuleError(f"{name}: invalid YAML: {_yaml_message(e)}") from e
+
+
+def _yaml_message(e: yaml.YAMLError) -> str:
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark else problem
+
+
+class _Problems:
+    def __init__(self, collect: bool) -> None:
+        self.collect = collect
+        self.items: list[str] = []
+
+    def add(self, message: str) -> None:
+        if not self.collect:
+            raise RuleError(message)
+        self.items.append(message)
+
+
+def load_rules(
+    root: str | Path,
+    kinds: Mapping[str, ConditionKind],
+    *,
+    name: str | None = None,
+    collect_errors: bool = False,
+    display_root: str | None = None,
+) -> RulePack:
+    """Load and compile the pack in directory ``root``.
+
+    :param kinds: the condition kinds plugins registered (name -> kind).
+    :param collect_errors: report every problem at once instead of the first.
+    :raises RuleError: the pack is invalid; ``problems`` lists every problem.
+    """
+    root = Path(root)
+    shown = display_root if display_root is not None else root.name
+    problems = _Problems(collect_errors)
+    if not root.is_dir():
+        raise RuleError(f"{root}: rule pack directory not found")
+    files = sorted(p for p in root.iterdir() if p.suffix in (".yml", ".yaml") and p.is_file())
+    sources: dict[str, str] = {}
+    digest = hashlib.sha256()
+    settings = PackSettings(name=name or root.name)
+    texts: dict[str, str] = {}
+    for path in files:
+        label = f"{shown}/{path.name}" if shown else path.name
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            problems.add(f"{label}: cannot read: {e}")
+            continue
+        texts[path.name] = text
+        digest.update(path.name.encode() + b"\x1f" + text.encode() + b"\x1f")
+        sources[label] = text
+    if PACK_FILE in texts:
+        settings = _load_settings(texts.pop(PACK_FILE), f"{shown}/{PACK_FILE}", settings, problems)
+
+    rules: list[Rule] = []
+    exact: dict[str, str] = {}
+    seen_ids: dict[str, RuleSource] = {}
+    for file_name, text in texts.items():
+        label = f"{shown}/{file_name}" if shown else file_name
+        try:
+            doc = load_yaml_text(text, label)
+        except RuleError as e:
+            problems.add(str(e))
+            continue
+        if doc is None:
+            continue
+        raw_rules: Any = doc
+        if isinstance(doc, dict):
+            extra = sorted(set(doc) - {"rules", "exact"})
+            if extra:
+                problems.add(f"{label}: unknown top-level keys {extra} (expected rules, exact)")
+            raw_rules = doc.get("rules") or []
+            _load_exact(doc.get("exact"), label, exact, problems)
+        if not isinstance(raw_rules, list):
+            problems.add(f"{label}: rules must be a list, got {type(raw_rules).__name__}")
+            continue
+        for index, raw in enumerate(raw_rules):
+            rule = _load_rule(raw, RuleSource(label, index), kinds, settings, problems)
+            if rule is None:
+                continue
+            if rule.id in seen_ids:
+                problems.add(f"{rule.source} {rule.id}: duplicate id, first defined at {seen_ids[rule.id]}")
+                continue
+            seen_ids[rule.id] = rule.source
+            rules.append(rule)
+    if problems.items:
+        raise RuleError(
+            f"{len(problems.items)} problem(s) in rule pack {shown}:\n" + "\n".join(problems.items),
+            problems=tuple(problems.items),
+        )
+    return RulePack(
+        name=settings.name or (name or root.name),
+        root=root,
+        rules=tuple(rules),
+        exact=MappingProxyType(exact),
+        settings=settings,
+        version=digest.hexdigest()[:12],
+        files=tuple(p.name for p in files),
+        sources=MappingProxyType(sources),
+    )
+
+
+def _load_settings(text: str, label: str, base: PackSettings, problems: _Problems) -> PackSettings:
+    try:
+        doc = load_yaml_text(text, label) or {}
+    except RuleError as e:
+        problems.add(str(e))
+        return base
+    if not isinstance(doc, dict):
+        problems.add(f"{label}: must be a mapping")
+        return base
+    allowed = {"name", "description", "regex_timeout", "tier1_oom"}
+    extra = sorted(set(doc) - allowed)
+    if extra:
+        problems.add(f"{label}: unknown keys {extra} (expected {', '.join(sorted(allowed))})")
+    timeout = doc.get("regex_timeout", base.regex_timeout)
+    if isinstance(timeout, str):
+        try:
+            timeout = float(timeout)
+        except ValueError:
+            pass
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout <= 10:
+        problems.add(f"{label}: regex_timeout must be a number of seconds in (0, 10], got {timeout!r}")
+        timeout = base.regex_timeout
+    tier1 = doc.get("tier1_oom") or {}
+    signature: tuple[str, ...] = ()
+    unless: tuple[str, ...] = ()
+    surface = "reference"
+    if not isinstance(tier1, dict):
+        problems.add(f"{label}: tier1_oom must be a mapping")
+    else:
+        extra = sorted(set(tier1) - {"signature", "unless", "surface"})
+        if extra:
+            problems.add(f"{label}: tier1_oom: unknown keys {extra}")
+        signature = _regex_list(tier1.get("signature"), f"{label}: tier1_oom.signature", problems)
+        unless = _regex_list(tier1.get("unless"), f"{label}: tier1_oom.unless", problems)
+        surface = tier1.get("surface", "reference")
+        if surface not in ("reference", "all_text"):
+            problems.add(f"{label}: tier1_oom.surface must be reference or all_text, got {surface!r}")
+            surface = "reference"
+    return PackSettings(
+        name=str(doc.get("name") or base.name),
+        description=str(doc.get("description") or ""),
+        regex_timeout=float(timeout),
+        tier1_oom_signature=signature,
+        tier1_oom_unless=unless,
+        tier1_oom_surface=surface,
+    )
+
+
+def _regex_list(value: Any, where: str, problems: _Problems) -> tuple[str, ...]:
+    import regex
+
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        problems.add(f"{where}: must be a list of regular expressions")
+        return ()
+    for pattern in value:
+        try:
+            regex.compile(pattern)
+        except regex.error as e:
+            problems.add(f"{where}: invalid regex {pattern!r}: {e}")
+    return tuple(value)
+
+
+def _load_exact(raw: Any, label: str, exact: dict[str, str], problems: _Problems) -> None:
+    if raw is None:
+        return
+    if not isinstance(raw, dict):
+        problems.add(f"{label}: exact must be a mapping of fingerprint -> class")
+        return
+    for key, value in raw.items():
+        if not _FINGERPRINT.match(key):
+            problems.add(f"{label}: exact: {key!r} is not a 12-hex-digit fingerprint")
+        elif value not in _CLASSES:
+            problems.add(f"{label}: exact: {key}: unknown class {value!r} (classes: {', '.join(sorted(_CLASSES))})")
+        elif key in exact and exact[key] != value:
+            problems.add(f"{label}: exact: {key}: listed twice with classes {exact[key]!r} and {value!r}")
+        else:
+            exact[key] = value
+
+
+def _load_rule(raw: Any, source: RuleSource, kinds: Mapping[str, ConditionKind],
+               settings: PackSettings, problems: _Problems) -> Rule | None:
+    if not isinstance(raw, dict):
+        problems.add(f"{source}: a rule must be a mapping, got {type(raw).__name__}")
+        return None
+    rule_id = raw.get("id")
+    where = f"{source} {rule_id}" if isinstance(rule_id, str) else str(source)
+    ok = True
+    extra = sorted(set(raw) - RULE_KEYS)
+    if extra:
+        problems.add(f"{where}: unknown keys {extra} (expected {', '.join(sorted(RULE_KEYS))})")
+        ok = False
+    missing = sorted(RULE_KEYS - set(raw))
+    if missing:
+        problems.add(f"{where}: missing {', '.join(missing)}")
+        return None
+    if not isinstance(rule_id, str) or not _ID.match(rule_id):
+        problems.add(f"{where}: id must be letters, digits, '.', '_', ':' or '-', got {rule_id!r}")
+        ok = False
+    if raw["class"] not in _CLASSES:
+        problems.add(f"{where}: unknown class {raw['class']!r} (classes: {', '.join(c.value for c in FailureClass)})")
+        ok = False
+    if not isinstance(raw["description"], str) or not raw["description"].strip():
+        problems.add(f"{where}: description must be non-empty text")
+        ok = False
+    try:
+        when = compile_condition(raw["when"], kinds, timeout=settings.regex_timeout)
+    except ValueError as e:
+        problems.add(f"{where}: {e}")
+        ok = False
+    examples = _load_examples(raw["examples"], where, problems)
+    if examples is None or not ok:
+        return None
+    return Rule(rule_id, FailureClass(raw["class"]), raw["description"].strip(), when,
+                examples[0], examples[1], source)
+
+
+def _load_examples(raw: Any, where: str, problems: _Problems) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+    if not isinstance(raw, dict) or set(raw) - {"match", "no_match"}:
+        problems.add(f"{where}: examples must be a mapping with match and no_match lists")
+        return None
+    out = []
+    for key in ("match", "no_match"):
+        items = raw.get(key) or []
+        if not isinstance(items, list):
+            problems.add(f"{where}: examples.{key} must be a list")
+            return None
+        for i, item in enumerate(items):
+            if isinstance(item, str):
+                continue
+            if not isinstance(item, dict) or set(item) - EXAMPLE_FILES:
+                problems.add(
+                    f"{where}: examples.{key}[{i}] must be log text or a mapping of "
+                    f"{', '.join(sorted(EXAMPLE_FILES))}")
+                return None
+        out.append(tuple(items))
+    if not out[0]:
+        problems.add(f"{where}: needs at least one examples.match entry")
+        return None
+    return out[0], out[1]

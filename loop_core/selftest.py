@@ -1,0 +1,104 @@
+"""Self-checks of a rule pack: rule examples, the seed corpus, regex stress probes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import regex
+
+from .conditions import All, Any_, Condition, Not, Select
+from .engine import Engine
+from .rules import Rule, load_yaml_text
+from .testing import make_bundle
+from .view import View
+
+__all__ = ["CaseResult", "load_seed_corpus", "probe_regexes", "run_examples", "run_seed_corpus"]
+
+# Inputs that make backtracking-prone patterns blow up: long runs of one
+# character with a mismatching tail.
+_PROBES = tuple(c * 20_000 + "!" for c in ("a", "0", " ", "x", "=", "-", "\n", ".")) + (
+    "ab" * 10_000 + "!", "a " * 10_000 + "!",
+)
+_NESTED = regex.compile(r"\((?:[^()\\]|\\.)*[+*](?:[^()\\]|\\.)*\)[+*{]")
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    """One replayed case: its name, whether it passed, and what was seen."""
+
+    name: str
+    ok: bool
+    expected: str
+    got: str
+    detail: str = ""
+
+
+def run_examples(engine: Engine) -> list[CaseResult]:
+    """Every rule's own ``match``/``no_match`` examples, evaluated against the rule."""
+    out = []
+    for rule in engine.pack.rules:
+        for kind, examples in (("match", rule.match_examples), ("no_match", rule.no_match_examples)):
+            for i, example in enumerate(examples):
+                view = View(make_bundle(example))
+                hit = rule.when.evaluate(view)
+                want = kind == "match"
+                detail = "; ".join(view.warnings)
+                out.append(CaseResult(
+                    f"{rule.source} {rule.id} examples.{kind}[{i}]", hit == want and not view.warnings,
+                    "match" if want else "no match", "match" if hit else "no match", detail))
+    return out
+
+
+def load_seed_corpus() -> list[dict[str, Any]]:
+    """The seed corpus shipped with the package: Appendix-A rows and gate rows."""
+    text = resources.files("loop_core").joinpath("seed/seed-corpus.yml").read_text(encoding="utf-8")
+    cases = load_yaml_text(text, "seed-corpus.yml")
+    return list(cases)
+
+
+def run_seed_corpus(engine: Engine) -> list[CaseResult]:
+    """Classify every seed case as a bundle and compare with its expected class."""
+    out = []
+    for case in load_seed_corpus():
+        verdict = engine.classify(make_bundle(case.get("bundle") or {}, path=case["id"]))
+        want = case["expected"]
+        got = verdict.failure_class.value
+        ok = got == want["class"] and ("tier" not in want or verdict.tier.value == want["tier"])
+        out.append(CaseResult(
+            f"seed {case['id']}", ok, f"{want['class']}" + (f" ({want['tier']})" if "tier" in want else ""),
+            f"{got} ({verdict.tier.value}, {verdict.matched_rule})", case.get("description", "")))
+    return out
+
+
+def _regex_nodes(cond: Condition) -> list[Select]:
+    if isinstance(cond, Select):
+        return [cond] if cond.op == "regex" else []
+    if isinstance(cond, (All, Any_)):
+        return [n for item in cond.items for n in _regex_nodes(item)]
+    if isinstance(cond, Not):
+        return _regex_nodes(cond.item)
+    return []
+
+
+def probe_regexes(rules: tuple[Rule, ...]) -> tuple[list[str], list[str]]:
+    """(errors, warnings): patterns that time out on stress inputs, and nested quantifiers."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    for rule in rules:
+        for node in _regex_nodes(rule.when):
+            pattern = node.operand
+            for probe in _PROBES:
+                try:
+                    pattern.search(probe, timeout=node.timeout)
+                except TimeoutError:
+                    errors.append(
+                        f"{rule.source} {rule.id}: regex {pattern.pattern!r} exceeded its "
+                        f"{node.timeout:g}s timeout on a {len(probe)}-character line "
+                        f"(catastrophic backtracking)")
+                    break
+            if _NESTED.search(pattern.pattern):
+                warnings.append(f"{rule.source} {rule.id}: regex {pattern.pattern!r} nests quantifiers; "
+                                f"it may backtrack catastrophically")
+    return errors, warnings

@@ -1,0 +1,94 @@
+"""The closed set of failure classes, the tiers, and a classification result."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Classification", "FailureClass", "Match", "Tier", "coerce_class"]
+
+
+class FailureClass(str, enum.Enum):
+    """Exactly the six classes of the failure taxonomy; nothing else can leak out."""
+
+    GENUINE_OOM = "genuine-oom"
+    OVERLAY_ARCH_DRIFT = "overlay-arch-drift"
+    KERNEL_UNSUPPORTED = "kernel-unsupported"
+    QUANT_UNSUPPORTED = "quant-unsupported"
+    BENIGN_COLD_START = "benign-cold-start"
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_BY_VALUE = {c.value: c for c in FailureClass}
+
+
+def coerce_class(value: Any) -> FailureClass:
+    """Map anything outside the six (case-sensitive) to ``unknown``."""
+    if isinstance(value, FailureClass):
+        return value
+    return _BY_VALUE.get(value, FailureClass.UNKNOWN) if isinstance(value, str) else FailureClass.UNKNOWN
+
+
+class Tier(str, enum.Enum):
+    """Which stage decided: the Tier-1 fast path, Tier-2 rules, or nothing."""
+
+    TIER1 = "tier1"
+    TIER2 = "tier2"
+    NONE = "none-unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """What a matcher returns when it decides a bundle.
+
+    ``failure_class`` may be any string; the engine coerces it into the six.
+    ``route_as_kv_calc_bug``, ``delta_mib`` and ``tier1_inputs`` are only
+    honoured from Tier-1 matchers.
+    """
+
+    failure_class: Any
+    rule_id: str
+    route_as_kv_calc_bug: bool = False
+    delta_mib: int | None = None
+    tier1_inputs: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    """The verdict for one bundle (CONTRACTS §3.2), plus provenance."""
+
+    failure_class: FailureClass
+    tier: Tier
+    matched_rule: str | None
+    fingerprint: str
+    error_substring: str
+    should_file: bool
+    review_queue: bool
+    route_as_kv_calc_bug: bool = False
+    delta_mib: int | None = None
+    tier1_inputs: dict[str, Any] | None = None
+    rules_version: str = ""
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "failure_class": self.failure_class.value,
+            "tier": self.tier.value,
+            "matched_rule": self.matched_rule,
+            "fingerprint": self.fingerprint,
+            "error_substring": self.error_substring,
+            "should_file": self.should_file,
+            "review_queue": self.review_queue,
+            "route_as_kv_calc_bug": self.route_as_kv_calc_bug,
+            "delta_mib": self.delta_mib,
+            "tier1_inputs": self.tier1_inputs,
+            "rules_version": self.rules_version,
+            "warnings": list(self.warnings),
+        }

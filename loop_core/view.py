@@ -1,0 +1,164 @@
+"""The view document that rule selectors read.
+
+A view is ``{"manifest", "pt1".."pt5", "signal"}``: the raw files of a bundle
+plus derived ``signal`` fields. Signals are computed lazily and at most once
+per bundle, so a pack that never asks for ``all_text`` never builds it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from .bundle import Bundle
+from .keys import error_source, first_red_capability, normalize_text
+
+__all__ = ["SIGNALS", "View"]
+
+_EXCEPTION_LINE = re.compile(
+    r"^.*\b(?:[A-Za-z_][\w.]*(?:Error|Exception)|AssertionError|Killed|Traceback)\b.*$",
+    re.MULTILINE,
+)
+
+
+def _pt(bundle: Bundle, name: str) -> dict[str, Any]:
+    value = getattr(bundle, name)
+    return value if isinstance(value, dict) else {}
+
+
+def _caps_with(bundle: Bundle, verdict: str) -> list[str]:
+    results = _pt(bundle, "pt4").get("results")
+    if not isinstance(results, dict):
+        return []
+    return sorted(str(cap) for cap, v in results.items() if v == verdict)
+
+
+def _http_statuses(bundle: Bundle) -> list[Any]:
+    details = _pt(bundle, "pt4").get("results_detail")
+    if not isinstance(details, dict):
+        return []
+    return [
+        d["status"]
+        for d in details.values()
+        if isinstance(d, dict) and isinstance(d.get("status"), (int, float))
+        and not isinstance(d.get("status"), bool)
+    ]
+
+
+def _all_text(bundle: Bundle) -> str:
+    """Every failure text the bundle carries, newest evidence last."""
+    pieces: list[str] = []
+    pt2, pt3, pt5 = _pt(bundle, "pt2"), _pt(bundle, "pt3"), _pt(bundle, "pt5")
+    for value in (pt2.get("failure"), pt3.get("failure"), pt3.get("failure_log_excerpt")):
+        if value:
+            pieces.append(value if isinstance(value, str) else str(value))
+    results = _pt(bundle, "pt4").get("results")
+    details = _pt(bundle, "pt4").get("results_detail")
+    if isinstance(results, dict):
+        for cap in sorted(results, key=str):
+            if results[cap] != "red":
+                continue
+            entry = details.get(cap) if isinstance(details, dict) else None
+            error = entry.get("error") if isinstance(entry, dict) else entry
+            pieces.append(str(error) if error else f"smoke red:{cap}")
+    summary = pt5.get("exit_error_summary")
+    if summary:
+        pieces.append(summary if isinstance(summary, str) else str(summary))
+    detail = _pt(bundle, "pt1").get("detail")
+    if bundle.is_gate_only and detail:
+        pieces.append(str(detail))
+    return "\n".join(pieces)
+
+
+def _final_error(bundle: Bundle) -> str:
+    """The last exception-looking line of the error text (the final exception)."""
+    text = error_source(bundle)[1]
+    last = None
+    for last in _EXCEPTION_LINE.finditer(text):
+        pass
+    if last is not None:
+        return last.group().strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def _boot_ok(bundle: Bundle) -> bool | None:
+    return None if bundle.is_gate_only else bool(_pt(bundle, "pt3").get("ok"))
+
+
+def _download_ok(bundle: Bundle) -> bool | None:
+    return None if bundle.is_gate_only else bool(_pt(bundle, "pt2").get("ok"))
+
+
+# name -> (function of the bundle, one-line description for docs and `explain`)
+SIGNALS: dict[str, tuple[Callable[[Bundle], Any], str]] = {
+    "error_source": (lambda b: error_source(b)[0],
+                     "where the error text came from: excerpt, failure, smoke or empty"),
+    "error_text": (lambda b: error_source(b)[1],
+                   "the full error text by source precedence (excerpt > failure > first red capability)"),
+    "error_substring": (lambda b: normalize_text(error_source(b)[1]),
+                        "the reference's 240-character, lower-cased, whitespace-collapsed substring"),
+    "error_text_lower": (lambda b: normalize_text(error_source(b)[1], None),
+                         "error_text whitespace-collapsed and lower-cased, never cut"),
+    "all_text": (_all_text, "every failure text: download, boot failure, log excerpt, red smoke details, pt5 summary"),
+    "final_error": (_final_error, "the last exception-looking line of error_text"),
+    "boot_ok": (_boot_ok, "pt3.ok as a boolean (null for gate-only bundles)"),
+    "download_ok": (_download_ok, "pt2.ok as a boolean (null for gate-only bundles)"),
+    "red_caps": (lambda b: _caps_with(b, "red"), "capabilities whose smoke verdict is red, sorted"),
+    "green_caps": (lambda b: _caps_with(b, "green"), "capabilities whose smoke verdict is green, sorted"),
+    "unsmoked_caps": (lambda b: _caps_with(b, "unsmoked"), "capabilities not smoked, sorted"),
+    "first_red_cap": (lambda b: first_red_capability(b)[0], "the alphabetically first red capability, or null"),
+    "http_statuses": (_http_statuses, "HTTP statuses recorded for red capabilities"),
+    "abort_reason": (lambda b: b.abort_reason, "the gate's abort token (gate-only bundles)"),
+    "is_gate_only": (lambda b: b.is_gate_only, "true for schema-2 gate-only bundles"),
+    "schema": (lambda b: b.schema, "the bundle schema, 1 or 2"),
+    "outcome": (lambda b: b.outcome, "the producer's interim outcome: failed, partial, ok or hard-block"),
+    "quant_label": (lambda b: b.quant_label, "the quant label lower-cased (none when null)"),
+    "arch_family": (lambda b: b.arch_family, "the architecture, verbatim"),
+    "engine": (lambda b: b.engine_version, "the engine image pin"),
+    "model": (lambda b: b.model, "the model slug"),
+}
+
+_MISSING = object()
+
+
+class View:
+    """Lazy view document over one bundle; see :data:`SIGNALS` for the derived fields."""
+
+    __slots__ = ("bundle", "_signals", "_document", "warnings")
+
+    def __init__(self, bundle: Bundle) -> None:
+        self.bundle = bundle
+        self._signals: dict[str, Any] = {}
+        self._document: dict[str, Any] | None = None
+        # Problems met while evaluating (e.g. a regex that timed out).
+        self.warnings: list[str] = []
+
+    def signal(self, name: str) -> Any:
+        value = self._signals.get(name, _MISSING)
+        if value is _MISSING:
+            value = SIGNALS[name][0](self.bundle)
+            self._signals[name] = value
+        return value
+
+    def top(self, name: str) -> Any:
+        """A top-level member of the document; ``_MISSING`` when absent."""
+        if name == "signal":
+            return self.document()["signal"]
+        value = getattr(self.bundle, name, None) if name in _FILES else None
+        return _MISSING if value is None else value
+
+    def document(self) -> dict[str, Any]:
+        """The whole view as plain data, every signal computed (for general JSONPath)."""
+        if self._document is None:
+            doc: dict[str, Any] = {
+                k: v for k, v in self.bundle.to_document().items() if v is not None
+            }
+            doc["signal"] = {name: self.signal(name) for name in SIGNALS}
+            self._document = doc
+        return self._document
+
+
+_FILES = frozenset({"manifest", "pt1", "pt2", "pt3", "pt4", "pt5"})
+MISSING = _MISSING
