@@ -320,6 +320,8 @@ def compile_condition(
 ) -> Condition:
     """Compile one validated ``when`` value; raises ``ValueError`` naming ``where``."""
     if isinstance(raw, list):
+        if not raw:  # an empty list would match every bundle
+            raise ValueError(f"{where}: needs a non-empty list of conditions")
         return All(tuple(compile_condition(c, kinds, timeout=timeout, where=f"{where}[{i}]")
                          for i, c in enumerate(raw)))
     if not isinstance(raw, dict) or not raw:

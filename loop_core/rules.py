@@ -217,14 +217,16 @@ def load_rules(
             problems.add(f"{label}: rules must be a list, got {type(raw_rules).__name__}")
             continue
         for index, raw in enumerate(raw_rules):
-            rule = _load_rule(raw, RuleSource(label, index), kinds, settings, problems)
-            if rule is None:
-                continue
-            if rule.id in seen_ids:
-                problems.add(f"{rule.source} {rule.id}: duplicate id, first defined at {seen_ids[rule.id]}")
-                continue
-            seen_ids[rule.id] = rule.source
-            rules.append(rule)
+            source = RuleSource(label, index)
+            rule_id = raw.get("id") if isinstance(raw, dict) else None
+            if isinstance(rule_id, str):
+                if rule_id in seen_ids:
+                    problems.add(f"{source} {rule_id}: duplicate id, first defined at {seen_ids[rule_id]}")
+                    continue
+                seen_ids[rule_id] = source
+            rule = _load_rule(raw, source, kinds, settings, problems)
+            if rule is not None:
+                rules.append(rule)
     if problems.items:
         raise RuleError(
             f"{len(problems.items)} problem(s) in rule pack {shown}:\n" + "\n".join(problems.items),

@@ -15,7 +15,7 @@ from typing import Any
 from .bundle import Bundle
 from .keys import submission_fingerprint
 
-__all__ = ["base_documents", "make_bundle"]
+__all__ = ["base_documents", "make_bundle", "write_bundle"]
 
 _BASE_V1: dict[str, Any] = {
     "manifest": {
@@ -104,3 +104,33 @@ def make_bundle(overrides: Mapping[str, Any] | str | None = None, *,
         docs["manifest"]["submission_fingerprint"] = submission_fingerprint(docs["manifest"])
     return Bundle(Path(path), 1, docs["manifest"], docs["pt1"], docs["pt2"], docs["pt3"],
                   docs["pt4"], docs.get("pt5"))
+
+
+_FILE_NAMES = {
+    "manifest": "manifest.json",
+    "pt1": "pt1-gate.json",
+    "pt2": "pt2-download.json",
+    "pt3": "pt3-boot.json",
+    "pt4": "pt4-smoke.json",
+    "pt5": "pt5-override-capture.json",
+}
+
+
+def write_bundle(directory: str | Path, bundle: Bundle | Mapping[str, Any]) -> Path:
+    """Write a bundle (or a mapping of ``manifest``/``pt1``.. documents) the way the producer does.
+
+    Files are ``json.dumps(indent=2, sort_keys=True, ensure_ascii=False)`` plus
+    a newline; documents that are None are not written.
+    """
+    import json
+
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    docs = bundle.to_document() if isinstance(bundle, Bundle) else bundle
+    for key, name in _FILE_NAMES.items():
+        doc = docs.get(key)
+        if doc is None:
+            continue
+        text = json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        (target / name).write_text(text, encoding="utf-8")
+    return target

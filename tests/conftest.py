@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pluggy
+import pytest
+
+from loop_core import Bundle, Engine, make_plugin_manager
+from loop_core.testing import make_bundle, write_bundle
+
+ROOT = Path(__file__).resolve().parent.parent
+RULES_D = ROOT / "rules.d"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture
+def pm() -> pluggy.PluginManager:
+    """Built-in plugins only: no entry points, so installed third-party plugins never leak in."""
+    return make_plugin_manager(entry_points=False)
+
+
+@pytest.fixture
+def engine(pm: pluggy.PluginManager) -> Engine:
+    return Engine.build("default", pm)
+
+
+@pytest.fixture
+def reference_engine(pm: pluggy.PluginManager) -> Engine:
+    return Engine.build("reference", pm)
+
+
+@pytest.fixture
+def bundle_dir(tmp_path: Path) -> Iterator[Any]:
+    """Write a bundle to a fresh directory: ``bundle_dir(overrides)`` -> Path."""
+    counter = iter(range(10_000))
+
+    def write(overrides: dict[str, Any] | str | None = None, *, name: str | None = None) -> Path:
+        bundle: Bundle = make_bundle(overrides)
+        return write_bundle(tmp_path / (name or f"bundle-{next(counter)}"), bundle)
+
+    yield write

@@ -1,0 +1,231 @@
+"""The matcher chain: order, closed class set, routing, Tier-1 inputs and the kv-calc fix."""
+
+from __future__ import annotations
+
+import pluggy
+import pytest
+
+from loop_core import Engine, FailureClass, Match, Matcher, Tier, hookimpl
+from loop_core.testing import make_bundle
+from loop_rules.tier1 import predicted_total_mib
+
+PRED = {"weights_gb": 9.0, "kv_gb": 12.0, "overhead_gb": 1.5}  # 22.5 GB -> 23040 MiB
+OOM = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB"
+
+
+def test_builtin_chain_order_is_pinned(reference_engine: Engine) -> None:
+    assert [m.name for m in reference_engine.matchers] == ["tier1-oom-fastpath", "tier2-exact", "tier2-rules"]
+
+
+def test_reference_rule_order_is_the_references(reference_engine: Engine) -> None:
+    assert [r.id for r in reference_engine.pack.rules] == [
+        "cold-start-then-green", "served-model-name-404-negative-control", "streaming-dead-boot-green-145",
+        "quant-weightload-dtype", "overlay-arch-drift-missing-symbol", "kernel-unsupported-sm",
+        "genuine-oom-cuda", "gate-engine-support-no-arch-row", "gate-engine-support-runtime-incompatible",
+        "gate-disk-short", "gate-hard-block-wont-fit", "gate-other-correct-refusals",
+    ]
+
+
+class _Plugin:
+    def __init__(self, matchers: list[Matcher]) -> None:
+        self.matchers = matchers
+
+    @hookimpl
+    def loop_register_matchers(self, register):  # type: ignore[no-untyped-def]
+        for m in self.matchers:
+            register(m)
+
+
+def _always(cls: str, rule: str):  # type: ignore[no-untyped-def]
+    return lambda ctx: Match(cls, rule)
+
+
+def test_order_follows_tier_and_order_not_registration(pm: pluggy.PluginManager) -> None:
+    late = Matcher("zz-late-tier1", Tier.TIER1, 50, _always("kernel-unsupported", "zz"))
+    early = Matcher("aa-tier2-first", Tier.TIER2, 10, _always("quant-unsupported", "aa"))
+    plugin = _Plugin([early, late])
+    pm.register(plugin)
+    try:
+        engine = Engine.build("reference", pm)
+        names = [m.name for m in engine.matchers]
+        assert names == ["zz-late-tier1", "tier1-oom-fastpath", "aa-tier2-first", "tier2-exact", "tier2-rules"]
+        verdict = engine.classify(make_bundle(OOM))
+        assert (verdict.failure_class, verdict.tier, verdict.matched_rule) == (
+            FailureClass.KERNEL_UNSUPPORTED, Tier.TIER1, "zz")
+    finally:
+        pm.unregister(plugin)
+
+
+def test_out_of_set_class_from_a_plugin_becomes_unknown(pm: pluggy.PluginManager) -> None:
+    plugin = _Plugin([Matcher("poison", Tier.TIER1, 1, _always("not-a-real-class-7th-value", "poison"))])
+    pm.register(plugin)
+    try:
+        verdict = Engine.build("reference", pm).classify(make_bundle("anything"))
+    finally:
+        pm.unregister(plugin)
+    assert verdict.failure_class is FailureClass.UNKNOWN
+    assert verdict.should_file is False and verdict.review_queue is False  # Tier-1 never review-queues
+
+
+def test_tier1_oom_routes_with_all_three_inputs(reference_engine: Engine) -> None:
+    bundle = make_bundle({
+        "pt1": {"predicted_b_breakdown": PRED},
+        "pt3": {"failure_log_excerpt": "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB",
+                "actual": {"attempted_alloc_mib": 2560, "gpu_worker_reported_mib": 22880}},
+    })
+    v = reference_engine.classify(bundle)
+    assert (v.failure_class, v.tier, v.matched_rule) == (FailureClass.GENUINE_OOM, Tier.TIER1, "tier1-oom-fastpath")
+    assert v.route_as_kv_calc_bug is True and v.delta_mib == 22880 - 23040
+    assert v.tier1_inputs == {"predicted_b_breakdown": PRED, "attempted_alloc_mib": 2560,
+                              "gpu_worker_reported_mib": 22880, "source": "pt3+pt1"}
+
+
+def test_tier1_oom_without_worker_number_is_filed_but_not_routed(reference_engine: Engine) -> None:
+    bundle = make_bundle({"pt1": {"predicted_b_breakdown": PRED},
+                          "pt3": {"failure": OOM, "actual": {"attempted_alloc_mib": 2560, "gpu_worker_reported_mib": None}}})
+    v = reference_engine.classify(bundle)
+    assert v.failure_class is FailureClass.GENUINE_OOM and v.should_file and not v.route_as_kv_calc_bug
+
+
+def test_pt5_inputs_take_precedence(reference_engine: Engine) -> None:
+    bundle = make_bundle({
+        "pt3": {"failure": "timeout", "actual": {"attempted_alloc_mib": None, "gpu_worker_reported_mib": None}},
+        "pt5": {"point": "override_capture", "predicted_b_breakdown": PRED,
+                "actual": {"boot_peak_mib": 23900, "gpu_worker_reported_mib": 23900},
+                "exit_error_summary": "torch.cuda.OutOfMemoryError: CUDA OOM", "calibration_signal_not_validated": True},
+    })
+    v = reference_engine.classify(bundle)
+    assert v.tier is Tier.TIER1 and v.tier1_inputs is not None and v.tier1_inputs["source"] == "pt5"
+    assert v.route_as_kv_calc_bug and v.delta_mib == 23900 - 23040
+
+
+def test_real_vllm_kv_cache_text_is_tier1(reference_engine: Engine) -> None:
+    text = ("INFO [gpu_worker.py:184] Available KV cache memory: 20.89 GiB\n"
+            "ValueError: 22.89 GiB KV cache is needed, which is larger than the available KV cache memory "
+            "(20.89 GiB). Try increasing `gpu_memory_utilization` or decreasing `max_model_len`")
+    v = reference_engine.classify(make_bundle({"pt1": {"predicted_b_breakdown": PRED},
+                                               "pt3": {"failure_log_excerpt": text,
+                                                       "actual": {"attempted_alloc_mib": 23439,
+                                                                  "gpu_worker_reported_mib": 21391}}}))
+    assert v.tier is Tier.TIER1 and v.route_as_kv_calc_bug and v.delta_mib == 21391 - 23040
+
+
+@pytest.mark.parametrize("breakdown, total", [
+    # The producer's real shape carries `total` and both KV pools: counted once, not twice (§8.2.1).
+    ({"weights": 3.9, "kv_pool_requested": 16.25, "kv_pool_actual": 16.25, "kv_pool_sliding_fixed": 0.0,
+      "activation": 1.1, "cudagraph_overhead": 0.75, "drafter": 0.0, "total": 22.0}, 22528),
+    ({"weights": 3.9, "kv_pool_requested": 20.0, "kv_pool_actual": 16.25, "activation": 1.1,
+      "cudagraph_overhead": 0.75}, 22528),
+    ({"activations": 1.1, "kv_cache": 16.25, "overhead": 0.75, "weights": 3.9}, 22528),
+    ({"weights": True, "kv": "12"}, None),
+    ({}, None),
+    (0, None),
+    ([1.0, 2.0], None),
+])
+def test_predicted_total_counts_each_component_once(breakdown: object, total: int | None) -> None:
+    assert predicted_total_mib(breakdown) == total
+
+
+def test_route_needs_a_usable_prediction(reference_engine: Engine) -> None:
+    bundle = make_bundle({"pt1": {"predicted_b_breakdown": {}},
+                          "pt3": {"failure": OOM, "actual": {"attempted_alloc_mib": 2560, "gpu_worker_reported_mib": 22880}}})
+    v = reference_engine.classify(bundle)
+    assert v.failure_class is FailureClass.GENUINE_OOM
+    assert v.route_as_kv_calc_bug is False and v.delta_mib is None
+
+
+@pytest.mark.parametrize("overrides, cls, tier, rule", [
+    ({"pt3": {"ok": True, "failure": None}, "pt4": {"results": {"plain-chat": "green", "streaming": "red"},
+      "results_detail": {"streaming": {"status": 200, "error": ""}}}},
+     "quant-unsupported", "tier2", "streaming-dead-boot-green-145"),
+    ("ValueError: Model QuantConfig: the AWQ weight is not supported for this dtype",
+     "quant-unsupported", "tier2", "quant-weightload-dtype"),
+    ("AttributeError: module 'vllm' has no attribute 'genesis_patch' (patch not applied)",
+     "overlay-arch-drift", "tier2", "overlay-arch-drift-missing-symbol"),
+    ("RuntimeError: FlashAttention-3 requires Hopper SM90; compute capability 8.6 not supported on this gpu",
+     "kernel-unsupported", "tier2", "kernel-unsupported-sm"),
+    ({"pt4": {"results": {"plain-chat": "green", "streaming": "unsmoked"}}},
+     "benign-cold-start", "tier2", "cold-start-then-green"),
+    ({"pt3": {"ok": True, "failure": None}, "pt4": {"results": {"plain-chat": "red"},
+      "results_detail": {"plain-chat": {"status": 404, "error": "nope"}}}},
+     "benign-cold-start", "tier2", "served-model-name-404-negative-control"),
+    ("some entirely novel boot error nobody has classified yet", "unknown", "none-unknown", None),
+])
+def test_appendix_a_rows_with_the_reference_pack(reference_engine: Engine, overrides: object, cls: str,
+                                                 tier: str, rule: str | None) -> None:
+    v = reference_engine.classify(make_bundle(overrides))  # type: ignore[arg-type]
+    assert (v.failure_class.value, v.tier.value, v.matched_rule) == (cls, tier, rule)
+    assert v.should_file == (cls not in ("benign-cold-start", "unknown"))
+    assert v.review_queue == (cls == "unknown")
+    assert v.route_as_kv_calc_bug is False
+
+
+@pytest.mark.parametrize("token, cls, tier", [
+    ("engine-support-unknown/no-arch-row", "kernel-unsupported", "tier2"),
+    ("engine-support-unknown/runtime-incompatible", "unknown", "tier2"),
+    ("disk-short", "unknown", "tier2"),
+    ("hard-block", "unknown", "tier2"),
+    ("repo-not-found", "unknown", "none-unknown"),
+    ("DISK-SHORT", "unknown", "none-unknown"),
+])
+def test_gate_rows(engine: Engine, reference_engine: Engine, token: str, cls: str, tier: str) -> None:
+    bundle = make_bundle({"manifest": {"schema": 2}, "pt1": {"abort_reason": token}})
+    for e in (engine, reference_engine):
+        v = e.classify(bundle)
+        assert (v.failure_class.value, v.tier.value) == (cls, tier)
+        assert v.review_queue == (cls == "unknown")
+
+
+def test_gate_rows_never_fire_for_schema_1(reference_engine: Engine) -> None:
+    v = reference_engine.classify(make_bundle("some entirely novel boot error"))
+    assert v.matched_rule is None
+
+
+def test_exact_table_hits_before_rows(tmp_path, pm: pluggy.PluginManager) -> None:  # type: ignore[no-untyped-def]
+    bundle = make_bundle("ValueError: the AWQ weight is not supported")
+    probe = Engine.build("reference", pm).context(bundle).fingerprint
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    (pack / "00-exact.yml").write_text(f"exact:\n  '{probe}': kernel-unsupported\n")
+    (pack / "10-rows.yml").write_text(
+        "- id: quant\n  class: quant-unsupported\n  description: d\n"
+        "  when: {select: $.signal.error_text, regex: 'AWQ'}\n  examples: {match: ['AWQ']}\n")
+    v = Engine.build(pack, pm).classify(bundle)
+    assert (v.failure_class.value, v.tier.value, v.matched_rule) == ("kernel-unsupported", "tier2", probe)
+
+
+def test_default_pack_fixes_the_references_misfires(engine: Engine, reference_engine: Engine) -> None:
+    cases = {
+        # fa3 inside a snapshot hash
+        "INFO loading /cache/models--a--b/snapshots/3fa3b9c0d1/model.safetensors\nRuntimeError: NCCL error": "unknown",
+        # awq in a model name
+        "INFO Loading model TheBloke/Llama-2-13B-chat-AWQ\nRuntimeError: NCCL error": "unknown",
+        # a bare AttributeError word in an INFO line
+        "INFO AttributeError handler installed\nRuntimeError: NCCL error": "unknown",
+    }
+    for text, cls in cases.items():
+        assert engine.classify(make_bundle(text)).failure_class.value == cls, text
+        assert reference_engine.classify(make_bundle(text)).failure_class.value != "unknown", text
+
+
+def test_default_pack_sees_past_240_characters(engine: Engine, reference_engine: Engine) -> None:
+    text = "INFO startup banner line\n" * 40 + "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+    assert engine.classify(make_bundle(text)).failure_class is FailureClass.KERNEL_UNSUPPORTED
+    assert reference_engine.classify(make_bundle(text)).failure_class is FailureClass.UNKNOWN
+
+
+def test_default_pack_reads_failure_text_when_an_excerpt_exists(engine: Engine) -> None:
+    bundle = make_bundle({"pt3": {"failure_log_excerpt": "engine died", "failure": OOM}})
+    assert engine.classify(bundle).failure_class is FailureClass.GENUINE_OOM
+
+
+def test_success_bundle_is_unknown_not_oom(engine: Engine) -> None:
+    bundle = make_bundle({"manifest": {"outcome": "ok"}, "pt3": {"ok": True, "failure": None},
+                          "pt4": {"results": {"plain-chat": "green", "streaming": "green"}}})
+    v = engine.classify(bundle)
+    assert v.failure_class is FailureClass.UNKNOWN and not v.route_as_kv_calc_bug
+
+
+def test_classification_is_deterministic(engine: Engine) -> None:
+    bundle = make_bundle(OOM)
+    assert engine.classify(bundle) == engine.classify(make_bundle(OOM))

@@ -1,0 +1,174 @@
+"""Loading rule packs: validation with places, YAML restrictions, ordering, regex timeouts."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pluggy
+import pytest
+from click.testing import CliRunner
+
+from loop_core import Engine, RuleError
+from loop_core.cli import cli
+from loop_core.testing import make_bundle
+
+GOOD = """\
+- id: {id}
+  class: {cls}
+  description: test rule
+  when: {{select: $.signal.error_text, regex: '{regex}'}}
+  examples: {{match: ['{example}']}}
+"""
+
+
+def write(pack: Path, name: str, text: str) -> Path:
+    pack.mkdir(exist_ok=True)
+    (pack / name).write_text(text)
+    return pack
+
+
+def test_files_load_in_sorted_name_order(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = tmp_path / "p"
+    write(pack, "20-b.yml", GOOD.format(id="b", cls="kernel-unsupported", regex="boom", example="boom"))
+    write(pack, "10-a.yml", GOOD.format(id="a", cls="quant-unsupported", regex="boom", example="boom"))
+    engine = Engine.build(pack, pm)
+    assert [r.id for r in engine.pack.rules] == ["a", "b"]
+    assert engine.classify(make_bundle("boom")).matched_rule == "a"  # first match wins
+
+
+def test_every_problem_is_reported_at_once_with_its_place(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = tmp_path / "rules"
+    write(pack, "10-bad.yml", """\
+- id: bad-regex
+  class: quant-unsupported
+  description: d
+  when: {select: $.signal.error_text, regex: '('}
+  examples: {match: [x]}
+- id: bad-class
+  class: not-a-class
+  description: d
+  when: {select: $.signal.error_text, contains: x}
+  examples: {match: [x]}
+- id: bad-signal
+  class: unknown
+  description: d
+  when: {select: $.signal.eror_text, contains: x}
+  examples: {match: [x]}
+- id: no-examples
+  class: unknown
+  description: d
+  when: {select: $.signal.error_text, contains: x}
+  examples: {no_match: [y]}
+- id: extra-key
+  class: unknown
+  description: d
+  severity: high
+  when: {select: $.signal.error_text, contains: x}
+  examples: {match: [x]}
+""")
+    write(pack, "20-dup.yml", GOOD.format(id="bad-regex", cls="unknown", regex="x", example="x"))
+    with pytest.raises(RuleError) as info:
+        Engine.build(pack, pm, collect_errors=True)
+    problems = info.value.problems
+    assert len(problems) == 6
+    assert "rules/10-bad.yml[0] bad-regex: when: invalid regex '('" in problems[0]
+    assert any("rules/10-bad.yml[1] bad-class: unknown class 'not-a-class'" in p for p in problems)
+    assert any("rules/10-bad.yml[2] bad-signal" in p and "unknown signal 'eror_text'" in p for p in problems)
+    assert any("[3] no-examples: needs at least one examples.match" in p for p in problems)
+    assert any("[4] extra-key: unknown keys ['severity']" in p for p in problems)
+    assert any("rules/20-dup.yml[0] bad-regex: duplicate id, first defined at" in p
+               and p.endswith("rules/10-bad.yml[0]") for p in problems)
+
+
+def test_first_problem_raises_without_collect(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "10.yml", GOOD.format(id="x", cls="nope", regex="x", example="x"))
+    with pytest.raises(RuleError, match=r"p/10\.yml\[0\] x: unknown class 'nope'"):
+        Engine.build(pack, pm)
+
+
+def test_alias_bombs_are_rejected(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: [*b, *b, *b, *b]\n"
+    pack = write(tmp_path / "p", "10.yml", bomb)
+    started = time.monotonic()
+    with pytest.raises(RuleError, match=r"p/10\.yml: invalid YAML: anchors are not allowed"):
+        Engine.build(pack, pm)
+    assert time.monotonic() - started < 1.0
+
+
+def test_duplicate_yaml_keys_are_rejected(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "10.yml", "- id: a\n  id: b\n")
+    with pytest.raises(RuleError, match="duplicate key 'id'"):
+        Engine.build(pack, pm)
+
+
+def test_exact_keys_are_always_text(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    # Unquoted, PyYAML would read 012345670123 as an octal int (§8.2.10).
+    pack = write(tmp_path / "p", "10.yml", "exact:\n  012345670123: genuine-oom\n  123456789012: unknown\n")
+    engine = Engine.build(pack, pm)
+    assert dict(engine.pack.exact) == {"012345670123": "genuine-oom", "123456789012": "unknown"}
+
+
+def test_exact_entries_are_validated(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "10.yml", "exact:\n  XYZ: genuine-oom\n  '0123456789ab': bogus\n")
+    with pytest.raises(RuleError) as info:
+        Engine.build(pack, pm, collect_errors=True)
+    assert len(info.value.problems) == 2
+
+
+def test_unknown_pack_name(pm: pluggy.PluginManager) -> None:
+    with pytest.raises(RuleError, match=r"--rules 'nope': neither a registered pack \(default, reference\)"):
+        Engine.build("nope", pm)
+
+
+CATASTROPHIC = """\
+- id: slow
+  class: unknown
+  description: nested quantifiers backtrack exponentially
+  when: {select: $.signal.error_text, regex: '^(a+)+$'}
+  examples: {match: [aaaa]}
+"""
+
+
+def test_catastrophic_regex_is_bounded_and_counts_as_no_match(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "10.yml", CATASTROPHIC)
+    engine = Engine.build(pack, pm)
+    started = time.monotonic()
+    verdict = engine.classify(make_bundle("a" * 50_000 + "!"))
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.0
+    assert verdict.matched_rule is None
+    assert any("timed out" in w for w in verdict.warnings)
+
+
+def test_check_reports_a_catastrophic_regex(tmp_path: Path) -> None:
+    pack = write(tmp_path / "p", "10.yml", CATASTROPHIC)
+    result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
+    assert result.exit_code == 1
+    assert "p/10.yml[0] slow: regex '^(a+)+$' exceeded its 0.25s timeout" in result.output
+    assert "nests quantifiers" in result.output
+
+
+def test_classify_reports_a_regex_timeout(tmp_path: Path, bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    pack = write(tmp_path / "p", "10.yml", CATASTROPHIC)
+    target = bundle_dir("a" * 50_000 + "!")
+    result = CliRunner().invoke(cli, ["classify", "--rules", str(pack), str(target)])
+    assert result.exit_code == 0
+    assert "warning: regex '^(a+)+$' on $.signal.error_text timed out" in result.output
+
+
+def test_pack_settings_are_validated(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "pack.yml", "regex_timeout: -1\ntier1_oom: {surface: everywhere, signature: ['(']}\n")
+    with pytest.raises(RuleError) as info:
+        Engine.build(pack, pm, collect_errors=True)
+    joined = "\n".join(info.value.problems)
+    assert "regex_timeout must be a number" in joined
+    assert "tier1_oom.surface must be reference or all_text" in joined
+    assert "invalid regex '('" in joined
+
+
+def test_both_shipped_packs_check_clean(pm: pluggy.PluginManager) -> None:
+    for name in ("default", "reference"):
+        result = CliRunner().invoke(cli, ["check", "--rules", name])
+        assert result.exit_code == 0, result.output
+        assert "0 problem(s)" in result.output
