@@ -119,3 +119,53 @@ def verdict_row(outcome: Outcome) -> dict[str, Any]:
         "warnings": list(v.warnings),
     })
     return row
+
+
+def _trust_fields(result: Any) -> dict[str, Any]:
+    if result is None:
+        return {"stage": None, "reason": None, "graduation_set": None, "fingerprint_ok": None,
+                "curated": None, "consensus_count": None, "consensus_reached": None, "calibration_row": None}
+    d = result.to_dict()
+    return {k: d[k] for k in ("stage", "reason", "graduation_set", "fingerprint_ok", "curated",
+                              "curated_model", "consensus_count", "consensus_reached", "calibration_row")}
+
+
+def trust_rows(paths: Iterable[str | os.PathLike[str]], *, catalog: str | os.PathLike[str] | None = None,
+               promote: bool = False, priors: Iterable[str | os.PathLike[str]] = (),
+               consensus_n: int = 2, pm: Any = None, limits: ReadLimits | None = None) -> Iterator[dict[str, Any]]:
+    """``trust --format jsonl`` rows: one per bundle under ``paths``.
+
+    Priors are read once and indexed by consensus key, so a batch costs one
+    lookup per anchor instead of a scan of every prior.
+    """
+    from .catalog import load_catalog
+    from .plugins import make_plugin_manager
+    from .trust import ConsensusIndex
+
+    pm = pm or make_plugin_manager()
+    cat = load_catalog(catalog)
+    index: ConsensusIndex | None = None
+    prior_paths = list(priors)
+    if prior_paths:
+        index = ConsensusIndex()
+        for path in discover_bundles(prior_paths):
+            try:
+                index.add(read_bundle(path, limits=limits))
+            except BundleError:
+                continue  # an unreadable prior simply does not count
+    for path in discover_bundles(paths):
+        row: dict[str, Any] = {"bundle": str(path)}
+        try:
+            bundle = read_bundle(path, limits=limits)
+        except BundleError as e:
+            row["reader_error"] = {"type": type(e).__name__, "message": str(e)}
+            row.update(_trust_fields(None))
+            yield row
+            continue
+        row["reader_error"] = None
+        result = None
+        if not bundle.is_gate_only:
+            result = pm.hook.loop_evaluate_trust(bundle=bundle, catalog=cat, priors=index,
+                                                 maintainer_promoted=promote, consensus_n=consensus_n)
+        row.update(_trust_fields(result))
+        yield row

@@ -301,6 +301,59 @@ def test(rules: str, verbose: bool, fmt: str) -> None:
 
 
 @cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--catalog", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Curated-model catalog (YAML). Without one every anchor is derived and stops at validated.")
+@click.option("--promote", is_flag=True, help="A maintainer vouches for these anchors (skips consensus).")
+@click.option("--priors", "priors", type=click.Path(exists=True, path_type=Path), multiple=True,
+              help="Earlier submissions to match consensus keys against (bundle or folder; repeatable).")
+@click.option("--consensus-n", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Submissions with the same 9-tuple needed for consensus, this one included.")
+@format_option("table", "json", "jsonl")
+@_guard
+def trust(paths: tuple[Path, ...], catalog: Path | None, promote: bool, priors: tuple[Path, ...],
+          consensus_n: int, fmt: str) -> None:
+    """Run success anchors under PATHS through the trust pipeline.
+
+    Stages: raw -> candidate (fingerprint re-derived, at least one green
+    capability) -> validated (plausible topology and consensus or --promote)
+    -> tier1 (curated models only; emits the would-be calibration row).
+    Gate-only bundles have no trust verdict (stage null). A submission never
+    counts twice toward consensus. Exit status 1 when any bundle could not be read.
+
+    \b
+    Example:
+        loop-rules trust --catalog catalog.yml captures/
+        loop-rules trust --priors archive/ --consensus-n 3 --format jsonl captures/
+    """
+    from .batch import trust_rows
+
+    rows = trust_rows(paths, catalog=catalog, promote=promote, priors=priors, consensus_n=consensus_n)
+    bad = _emit_rows(rows, fmt, _trust_table)
+    if bad:
+        sys.exit(1)
+
+
+def _trust_table(rows: Iterable[dict[str, Any]]) -> int:
+    bad = 0
+    stages: dict[str, int] = {}
+    click.echo(f"{'BUNDLE':40}  {'STAGE':10} {'REASON':32} GRADUATES")
+    for row in rows:
+        name = _short_name(row["bundle"])
+        if row["reader_error"] is not None:
+            bad += 1
+            click.echo(f"{name:40}  {'(unreadable)':10} {row['reader_error']['message']}")
+            continue
+        stage = row["stage"] or "-"
+        stages[stage] = stages.get(stage, 0) + 1
+        click.echo(f"{name:40}  {stage:10} {str(row['reason'] or 'gate-only bundle'):32} "
+                   f"{', '.join(row['graduation_set'] or [])}")
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(stages.items()))
+    click.echo(f"\n{sum(stages.values()) + bad} bundle(s): {summary}" + (f"; {bad} unreadable" if bad else ""))
+    return bad
+
+
+@cli.command()
 @_guard
 def plugins() -> None:
     """Print the loaded plugins and the hooks each implements, as JSON.

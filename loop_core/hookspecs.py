@@ -14,9 +14,12 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from .bundle import Bundle
+    from .catalog import Catalog
     from .conditions import ConditionKind
     from .engine import Matcher
     from .packs import PackInfo
+    from .trust import ConsensusIndex, TrustResult
 
 __all__ = ["hookimpl", "hookspec"]
 
@@ -63,4 +66,26 @@ def loop_register_matchers(register: Callable[[Matcher], None]) -> None:
     OOM fast path (order 100), the exact-fingerprint table (Tier-2, order
     100) and the YAML condition rows (Tier-2, order 200). Return value:
     ignored.
+    """
+
+
+# -- Trust: once per success anchor ----------------------------------------
+
+
+@hookspec(firstresult=True)
+def loop_evaluate_trust(bundle: Bundle, catalog: Catalog, priors: ConsensusIndex | None,
+                        maintainer_promoted: bool, consensus_n: int) -> TrustResult | None:
+    """Decide how far one success anchor climbs: raw -> candidate -> validated -> tier1.
+
+    Called for schema-1 bundles only. Return a ``TrustResult`` to decide, or
+    None to defer; the first non-None result wins. The built-in
+    ``loop_rules.trust`` implementation is ``trylast`` and always decides, so a
+    plugin can add stricter gates by returning a result first (e.g. stopping
+    anchors from unknown submitters at ``candidate``).
+
+    :param bundle: the validated anchor; do not mutate it.
+    :param catalog: curated models and composes (empty: every anchor derived).
+    :param priors: earlier submissions indexed by consensus key, or None.
+    :param maintainer_promoted: a maintainer vouched for this anchor.
+    :param consensus_n: submissions needed for consensus, this one included.
     """

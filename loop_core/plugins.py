@@ -33,6 +33,7 @@ BUILTIN_PLUGINS = (
     "loop_rules.conditions",
     "loop_rules.tier1",
     "loop_rules.tier2",
+    "loop_rules.trust",
 )
 ENTRY_POINT_GROUP = "loop_rules"
 AUTOLOAD_ENV = "LOOP_RULES_DISABLE_PLUGIN_AUTOLOAD"

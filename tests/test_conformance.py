@@ -37,3 +37,23 @@ def test_deviations_are_real(classify_rows: dict) -> None:
     for bid, fields in deviations().items():
         for field in fields:
             assert _expected(expected[bid], "classify", field) != _actual(classify_rows[bid], field), (bid, field)
+
+
+TRUST_RUNS = {
+    "trust": {},
+    "trust_promoted": {"promote": True},
+    "trust_consensus": {"priors": [BUNDLES]},
+}
+
+
+@pytest.mark.parametrize("group", [g for g, spec in GROUPS.items() if spec[0] != "classify"])
+def test_trust_group_agrees_with_reference(group: str) -> None:
+    from loop_core import make_plugin_manager
+    from loop_core.batch import trust_rows
+    from tests.conformance.compare import HERE
+
+    cmd = GROUPS[group][0]
+    rows = by_name(trust_rows([BUNDLES], catalog=HERE / "catalog.yml",
+                              pm=make_plugin_manager(entry_points=False), **TRUST_RUNS[cmd]))
+    mismatches = compare(group, rows)
+    assert mismatches == [], f"{len(mismatches)} undocumented mismatches, first: {mismatches[:3]}"
