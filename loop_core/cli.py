@@ -353,6 +353,267 @@ def _trust_table(rows: Iterable[dict[str, Any]]) -> int:
     return bad
 
 
+def _tracker(name: str, captures: Path, repo: str | None) -> Any:
+    from .plugins import collect, make_plugin_manager
+    from .trackers import TrackerOptions
+
+    specs = collect(make_plugin_manager(), "loop_register_trackers", lambda t: t.name, "tracker")
+    if name not in specs:
+        raise LoopClickError(f"--tracker {name!r}: unknown tracker (trackers: {', '.join(sorted(specs))})")
+    return specs[name][0].factory(TrackerOptions(Path(captures), repo=repo))
+
+
+@cli.command()
+@click.argument("captures", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--tracker", "tracker_name", default="sqlite", show_default=True, metavar="NAME",
+              help="Where failures are filed: sqlite (embedded, <captures>/_loop/tracker.sqlite), "
+                   "github (gh CLI, needs --repo or a gh default repo) or spool (offline files).")
+@click.option("--repo", default=None, metavar="OWNER/NAME", help="GitHub repository for --tracker github.")
+@rules_option
+@click.option("--catalog", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Curated-model catalog for the trust pipeline.")
+@click.option("--dry-run", is_flag=True, help="Classify and count, but file and queue nothing.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes for reading and classifying (filing stays in one process).")
+@format_option("table", "json")
+@_guard
+def run(captures: Path, tracker_name: str, repo: str | None, rules: str, catalog: Path | None,
+        dry_run: bool, jobs: int, fmt: str) -> None:
+    """The main job: classify every bundle under CAPTURES and file the failures.
+
+    Fileable failures become one deduplicated issue each (a +1 on repeats,
+    verified against the issue's tuple; a submission is never counted twice),
+    unknowns go to the review queue (<captures>/_review-queue/), benign cold
+    starts are suppressed, and success anchors run through the trust pipeline.
+    Unreadable bundles are counted and listed, never fatal. Running again over
+    the same captures files nothing new.
+
+    \b
+    Example:
+        loop-rules run examples/pull-captures
+        loop-rules run .pull-captures --tracker github --repo acme/llm-rig
+        loop-rules run .pull-captures --dry-run --format json
+    """
+    from .catalog import load_catalog
+    from .pipeline import run_captures
+
+    engine = _engine(rules)
+    cat = load_catalog(catalog)
+    tracker = None if dry_run else _tracker(tracker_name, captures, repo)
+    bar = None
+    progress = None
+    if sys.stderr.isatty() and fmt == "table":
+        def progress(done: int, total: int) -> None:
+            nonlocal bar
+            if bar is None:
+                bar = click.progressbar(length=total, label="classifying", file=sys.stderr)
+                bar.__enter__()
+            bar.update(1)
+    try:
+        summary = run_captures(captures, engine, tracker, catalog=cat, dry_run=dry_run, jobs=jobs,
+                               rules=rules, progress=progress)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+        if tracker is not None:
+            tracker.close()
+    data = summary.to_dict()
+    if fmt == "json":
+        click.echo(json.dumps(data, indent=2))
+        return
+    _run_table(captures, data, tracker_name)
+
+
+def _run_table(captures: Path, data: dict[str, Any], tracker_name: str) -> None:
+    click.echo(f"{data['bundles']} bundle(s) under {captures}, rules_version {data['rules_version']}")
+    if data["by_class"]:
+        click.echo("failures by class:")
+        for cls, n in data["by_class"].items():
+            click.echo(f"  {cls:20} {n}")
+    if data["dry_run"]:
+        click.echo(f"dry run: {data['would_file']} would be filed; nothing was written")
+    else:
+        click.echo(f"filed into {data['tracker']}: {data['filed_new']} new, {data['plus_one']} +1, "
+                   f"{data['already_counted']} already counted, {data['spooled']} spooled")
+        click.echo(f"review queue: {data['review_queued']} newly queued; suppressed (benign): {data['suppressed']}")
+    anchors = data["anchors"]
+    click.echo(f"success anchors: raw {anchors['raw']}, candidate {anchors['candidate']}, "
+               f"validated {anchors['validated']}, tier1 {anchors['tier1']}")
+    if data["reader_errors"]:
+        click.echo(f"unreadable bundles: {data['reader_errors']}")
+        for err in data["errors"]:
+            click.echo(f"  {err['message']}")
+    if not data["dry_run"] and tracker_name == "sqlite":
+        click.echo(f"browse: loop-rules tracker list {captures}")
+
+
+@cli.group()
+def tracker() -> None:
+    """Browse the embedded SQLite tracker of a captures folder."""
+
+
+@tracker.command("list")
+@click.argument("captures", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@format_option("table", "json")
+@_guard
+def tracker_list(captures: Path, fmt: str) -> None:
+    """List the issues of CAPTURES/_loop/tracker.sqlite with their occurrence counts.
+
+    \b
+    Example:
+        loop-rules tracker list examples/pull-captures
+    """
+    db = _open_tracker(captures)
+    try:
+        issues = db.issues()
+    finally:
+        db.close()
+    if fmt == "json":
+        click.echo(json.dumps(issues, indent=2))
+        return
+    click.echo(f"{'#':>4}  {'COUNT':>5}  {'CLASS':19} {'DEDUP':12}  TITLE")
+    for i in issues:
+        click.echo(f"{i['id']:>4}  {i['occurrences']:>5}  {i['failure_class']:19} {i['dedup_hash']:12}  {i['title']}")
+    click.echo(f"\n{len(issues)} issue(s), {sum(i['occurrences'] for i in issues)} occurrence(s)")
+
+
+@tracker.command("show")
+@click.argument("captures", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("issue")
+@format_option("text", "json")
+@_guard
+def tracker_show(captures: Path, issue: str, fmt: str) -> None:
+    """Show one issue (by number or dedup hash): labels, body and occurrences.
+
+    \b
+    Example:
+        loop-rules tracker show examples/pull-captures 1
+    """
+    db = _open_tracker(captures)
+    try:
+        found = db.issue(issue)
+    finally:
+        db.close()
+    if found is None:
+        raise LoopClickError(f"{captures}: no issue {issue!r} in the tracker")
+    if fmt == "json":
+        click.echo(json.dumps(found, indent=2))
+        return
+    click.echo(f"#{found['id']} {found['title']}")
+    click.echo(f"labels: {', '.join(found['labels'])}")
+    click.echo(f"state: {found['state']}; occurrences: {found['occurrences']}\n")
+    click.echo(found["body"])
+    click.echo("\noccurrences:")
+    for occ in found["occurrence_list"]:
+        click.echo(f"  {occ['utc_ts']}  {occ['submission'][:16]}  {occ['bundle']}")
+
+
+def _open_tracker(captures: Path) -> Any:
+    from .trackers import STATE_DIR, SqliteTracker
+
+    path = Path(captures) / STATE_DIR / "tracker.sqlite"
+    if not path.exists():
+        raise LoopClickError(f"{path}: no tracker yet; run `loop-rules run {captures}` first")
+    return SqliteTracker(path)
+
+
+@cli.group()
+def review() -> None:
+    """The review queue: unknown failures waiting for a maintainer."""
+
+
+@review.command("list")
+@click.argument("captures", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@format_option("table", "json")
+@_guard
+def review_list(captures: Path, fmt: str) -> None:
+    """List CAPTURES/_review-queue/ entries: dedup hash, model, occurrences, error.
+
+    \b
+    Example:
+        loop-rules review list examples/pull-captures
+    """
+    from .trackers import ReviewQueue
+
+    items = ReviewQueue(captures).items()
+    if fmt == "json":
+        click.echo(json.dumps(items, indent=2))
+        return
+    click.echo(f"{'DEDUP':12}  {'COUNT':>5}  {'MODEL':40} ERROR")
+    for item in items:
+        error = str(item.get("final_error") or item.get("error_substring") or "")
+        click.echo(f"{item['dedup_hash']:12}  {len(item.get('occurrences') or []):>5}  "
+                   f"{str(item.get('model_slug'))[:40]:40} {error[:60]}")
+    click.echo(f"\n{len(items)} item(s) waiting for review")
+
+
+@cli.group()
+def spool() -> None:
+    """The offline spool: failures that could not reach a tracker."""
+
+
+@spool.command("replay")
+@click.argument("captures", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--tracker", "tracker_name", default="sqlite", show_default=True, metavar="NAME",
+              help="Tracker to drain the spool into (sqlite or github).")
+@click.option("--repo", default=None, metavar="OWNER/NAME", help="GitHub repository for --tracker github.")
+@_guard
+def spool_replay(captures: Path, tracker_name: str, repo: str | None) -> None:
+    """File everything in CAPTURES/_dedup-queue/ into a tracker, exactly once.
+
+    A spool file is removed once all of its occurrences landed; an
+    interrupted replay can simply be run again.
+
+    \b
+    Example:
+        loop-rules spool replay .pull-captures --tracker github --repo acme/llm-rig
+    """
+    from .trackers import SpoolTracker, replay_spool
+
+    if tracker_name == "spool":
+        raise LoopClickError("--tracker spool: replaying the spool into itself does nothing")
+    target = _tracker(tracker_name, captures, repo)
+    try:
+        results = replay_spool(SpoolTracker(captures), target)
+    finally:
+        target.close()
+    counts: dict[str, int] = {}
+    for r in results:
+        for fr in r.results:
+            counts[fr.action.value] = counts.get(fr.action.value, 0) + 1
+    drained = sum(r.drained for r in results)
+    click.echo(f"replayed {len(results)} spool file(s) into {tracker_name}: "
+               + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing to do")
+               + f"; {drained} drained, {len(results) - drained} still spooled")
+    if drained < len(results):
+        sys.exit(1)
+
+
+@cli.group()
+def labels() -> None:
+    """GitHub labels used by the github tracker."""
+
+
+@labels.command("bootstrap")
+@click.option("--repo", default=None, metavar="OWNER/NAME", help="GitHub repository (default: gh's).")
+@_guard
+def labels_bootstrap(repo: str | None) -> None:
+    """Create the six class:* labels in a GitHub repository (idempotent, needs gh).
+
+    \b
+    Example:
+        loop-rules labels bootstrap --repo acme/llm-rig
+    """
+    from .github import GitHubTracker
+
+    gh = GitHubTracker(Path("."), repo=repo)
+    results = gh.bootstrap_labels()
+    for name, ok in results.items():
+        click.echo(f"{'ok' if ok else 'FAILED':6} {name}")
+    if not all(results.values()):
+        sys.exit(1)
+
+
 @cli.command()
 @_guard
 def plugins() -> None:

@@ -17,9 +17,12 @@ if TYPE_CHECKING:
     from .bundle import Bundle
     from .catalog import Catalog
     from .conditions import ConditionKind
+    from .dedup import IssueDraft
     from .engine import Matcher
     from .packs import PackInfo
+    from .trackers import TrackerSpec
     from .trust import ConsensusIndex, TrustResult
+    from .verdict import Classification
 
 __all__ = ["hookimpl", "hookspec"]
 
@@ -88,4 +91,31 @@ def loop_evaluate_trust(bundle: Bundle, catalog: Catalog, priors: ConsensusIndex
     :param priors: earlier submissions indexed by consensus key, or None.
     :param maintainer_promoted: a maintainer vouched for this anchor.
     :param consensus_n: submissions needed for consensus, this one included.
+    """
+
+
+# -- Dedup and filing: once per fileable failure -----------------------------
+
+
+@hookspec(firstresult=True)
+def loop_draft_issue(bundle: Bundle, verdict: Classification) -> IssueDraft | None:
+    """Render the deduplicated issue (title, body, labels) for one fileable failure.
+
+    Return an ``IssueDraft`` to decide, or None to defer; the first non-None
+    result wins. The built-in ``loop_rules.dedup`` implementation is
+    ``trylast``. A replacement must keep the dedup hash, the three labels
+    and the machine-readable tuple block, or other tools cannot dedup
+    against its issues.
+    """
+
+
+@hookspec
+def loop_register_trackers(register: Callable[[TrackerSpec], None]) -> None:
+    """Contribute tracker backends selectable with ``--tracker NAME``.
+
+    Call ``register(TrackerSpec(name, factory, description))``;
+    ``factory(TrackerOptions)`` returns an object with ``name``,
+    ``file(draft, occurrence) -> FileResult`` and ``close()``. ``file`` must
+    never raise for a tracker outage: degrade to the spool instead. The
+    built-ins are ``sqlite``, ``spool`` and ``github``. Return value: ignored.
     """

@@ -34,6 +34,8 @@ BUILTIN_PLUGINS = (
     "loop_rules.tier1",
     "loop_rules.tier2",
     "loop_rules.trust",
+    "loop_rules.dedup",
+    "loop_rules.trackers",
 )
 ENTRY_POINT_GROUP = "loop_rules"
 AUTOLOAD_ENV = "LOOP_RULES_DISABLE_PLUGIN_AUTOLOAD"

@@ -1,0 +1,299 @@
+"""Deduplicated failure issues: the effective key, labels, title, body, +1 comments.
+
+Wire-compatible with the reference (CONTRACTS §5): the same three labels, the
+same title shape, the same machine-readable tuple block (marker line plus a
+fenced JSON payload) so issues filed by either tool dedup against each other,
+and the same body-tuple verification before any +1.
+
+Text that reaches a tracker is untrusted. Before anything leaves the machine
+it is scrubbed of secrets (Hugging Face, GitHub and AWS tokens, e-mail
+addresses, home-directory user names), stripped of control and bidi
+characters, and kept inert: mentions are broken, raw HTML is escaped outside
+code, and code fences are longer than any backtick run they hold. Titles fit
+GitHub's 256 characters and bodies its 65,536.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .bundle import Bundle
+from .keys import DedupKey, dedup_key, dedup_labels
+from .verdict import Classification
+
+__all__ = [
+    "BODY_LIMIT",
+    "IssueDraft",
+    "Occurrence",
+    "PLUSONE_MARKER",
+    "SCHEMA",
+    "TITLE_LIMIT",
+    "TUPLE_MARKER",
+    "body_tuple_matches",
+    "canonical_payload",
+    "draft_issue",
+    "fence",
+    "occurrence_of",
+    "parse_body_tuple",
+    "plus_one_comment",
+    "plus_one_submission",
+    "sanitize",
+    "scrub_secrets",
+]
+
+SCHEMA = "club3090-loop-dedup-v1"
+TUPLE_MARKER = "<!-- club3090-loop-dedup canonical-tuple -->"
+PLUSONE_MARKER = "<!-- club3090-loop-dedup +1 -->"
+TITLE_LIMIT = 256
+BODY_LIMIT = 65_536
+TUPLE_FIELDS = DedupKey._fields
+
+_SECRETS = (
+    (re.compile(r"\bhf_[A-Za-z0-9]{30,}"), "hf_<REDACTED>"),
+    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,})"), "<REDACTED-GITHUB-TOKEN>"),
+    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b"), "<REDACTED-AWS-KEY>"),
+    (re.compile(r"(?i)\b(aws_secret_access_key|aws_session_token)(\s*[=:]\s*)[\"']?[A-Za-z0-9/+=]{16,}[\"']?"),
+     r"\1\2<REDACTED>"),
+    (re.compile(r"(?i)\b((?:hf|hugging_face_hub|huggingface|github|gh|openai|api)_?(?:token|key))(\s*[=:]\s*)[^\s\"',;]+"),
+     r"\1\2<REDACTED>"),
+    (re.compile(r"(?i)(authorization:\s*(?:bearer|token)\s+)[^\s\"']+"), r"\1<REDACTED>"),
+    (re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"), "<EMAIL>"),
+    (re.compile(r"/(?:home|Users)/[^/\s\"'`]+"), "~"),
+    (re.compile(r"(?i)\b([A-Z]:\\Users\\)[^\\\s\"']+"), r"~"),
+)
+# C0/C1 controls except tab and newline, and the bidi embedding/override/isolate marks.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+_MENTION = re.compile(r"@(?=[A-Za-z0-9_-])")
+_BACKTICKS = re.compile(r"`+")
+
+
+def scrub_secrets(text: str) -> str:
+    """Replace tokens, e-mail addresses and home-directory user names."""
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def sanitize(text: Any, *, inline: bool = False) -> str:
+    """Untrusted text made safe to publish: secrets scrubbed, controls dropped, mentions broken.
+
+    ``inline`` additionally collapses newlines (for titles and table cells).
+    """
+    out = scrub_secrets(str(text))
+    out = _CONTROLS.sub("", out.replace("\r\n", "\n").replace("\r", "\n"))
+    out = _MENTION.sub("@\u200b", out)
+    if inline:
+        out = " ".join(out.split())
+    return out
+
+
+def _escape_html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def fence(text: str, info: str = "") -> str:
+    """A fenced code block that ``text`` cannot break out of (CommonMark: a longer fence)."""
+    longest = max((len(m.group()) for m in _BACKTICKS.finditer(text)), default=0)
+    ticks = "`" * max(3, longest + 1)
+    return f"{ticks}{info}\n{text}\n{ticks}"
+
+
+def _json_block_text(payload: dict[str, Any]) -> str:
+    # §5.4: indent=2, sort_keys, ASCII-escaped. Backticks and angle brackets are
+    # escaped too (\\u0060, \\u003c ...): JSON decodes them back to the same values,
+    # and no value can close the fence or open HTML.
+    text = json.dumps(payload, indent=2, sort_keys=True)
+    return text.replace("`", "\\u0060").replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def canonical_payload(bundle: Bundle, key: DedupKey) -> dict[str, Any]:
+    """§5.4: the machine-readable payload of the tuple block."""
+    return {
+        "dedup_hash": key.digest(),
+        "model_slug": bundle.manifest.get("model"),
+        "schema": SCHEMA,
+        "tuple": dict(zip(TUPLE_FIELDS, key)),
+        "tuple_ordered": list(key),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Occurrence:
+    """One submission of a failure: what a +1 counts, keyed by ``submission``."""
+
+    submission: str
+    utc_ts: Any
+    commit: Any
+    bundle: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"submission": self.submission, "utc_ts": self.utc_ts, "commit": self.commit, "bundle": self.bundle}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Occurrence:
+        return cls(str(d["submission"]), d.get("utc_ts"), d.get("commit"), str(d.get("bundle", "")))
+
+
+def occurrence_of(bundle: Bundle) -> Occurrence:
+    """The submission identity of a bundle.
+
+    The manifest's 64-hex submission fingerprint when it has one; gate-only
+    bundles carry none, so a digest of the whole manifest stands in.
+    """
+    m = bundle.manifest
+    claimed = m.get("submission_fingerprint")
+    if isinstance(claimed, str) and re.fullmatch(r"[0-9a-f]{64}", claimed):
+        submission = claimed
+    else:
+        canonical = json.dumps(m, sort_keys=True, ensure_ascii=True, default=str)
+        submission = "manifest-" + hashlib.sha256(canonical.encode()).hexdigest()
+    return Occurrence(submission, m.get("utc_ts"), m.get("club3090_commit"), str(bundle.path))
+
+
+@dataclass(frozen=True, slots=True)
+class IssueDraft:
+    """Everything a tracker needs to open or count one deduplicated issue."""
+
+    dedup_hash: str
+    key: DedupKey
+    failure_class: str
+    title: str
+    body: str
+    labels: tuple[str, ...]
+    canonical: dict[str, Any]
+
+    def spool_payload(self) -> dict[str, Any]:
+        """§5.8 ``_dedup-queue/<hash>.json`` keys (occurrences are added by the spool)."""
+        return {"body": self.body, "canonical": self.canonical, "dedup_hash": self.dedup_hash,
+                "kind": "would-be-issue", "labels": list(self.labels), "schema": SCHEMA, "title": self.title}
+
+    @classmethod
+    def from_spool(cls, payload: dict[str, Any]) -> IssueDraft:
+        canonical = payload["canonical"]
+        key = DedupKey(*canonical["tuple_ordered"])
+        return cls(str(payload["dedup_hash"]), key, str(key.failure_class), str(payload["title"]),
+                   str(payload["body"]), tuple(payload["labels"]), canonical)
+
+
+def _title(failure_class: str, model: Any, dedup_hash: str) -> str:
+    suffix = f" (dedup {dedup_hash})"
+    prefix = f"[loop][{failure_class}] "
+    name = sanitize(model if model else "<unknown-model>", inline=True)
+    room = TITLE_LIMIT - len(prefix) - len(suffix)
+    if len(name) > room:
+        name = name[: room - 1] + "\u2026"
+    return prefix + name + suffix
+
+
+def draft_issue(bundle: Bundle, verdict: Classification, *, evidence: str | None = None) -> IssueDraft:
+    """Render the issue for one fileable failure (title, labels, body with the tuple block).
+
+    :param evidence: extra failure text to show (e.g. the final exception);
+        scrubbed and fenced like the error substring.
+    """
+    key = dedup_key(bundle, verdict.failure_class.value)
+    digest = key.digest()
+    labels = dedup_labels(key)
+    canonical = canonical_payload(bundle, key)
+    model = sanitize(bundle.manifest.get("model") or "<unknown-model>", inline=True)
+    head = "\n".join([
+        "## Loop deduped failure issue",
+        "",
+        f"One issue per distinct failure: every capture whose dedup key hashes to `{digest}` is counted "
+        f"here (label `{labels[0]}`), as a +1 comment after its key is verified against the tuple below.",
+        "",
+        f"**Class:** `{verdict.failure_class.value}` (tier `{verdict.tier.value}`, rule "
+        f"`{_escape_html(sanitize(verdict.matched_rule or 'none', inline=True)).replace('`', '')}`, "
+        f"rules_version `{verdict.rules_version or 'n/a'}`)",
+        "",
+        "**Dedup tuple:** " + ", ".join(TUPLE_FIELDS),
+        "",
+        TUPLE_MARKER,
+        "```json",
+        _json_block_text(canonical),
+        "```",
+        "",
+        f"**Model:** {_escape_html(model).replace('`', chr(0x2018))}",
+        "",
+        "**Redacted error substring:**",
+        "",
+    ])
+    error = fence(sanitize(verdict.error_substring or ""))
+    tail = ""
+    if evidence:
+        tail = "\n\n**Final error (scrubbed):**\n\n" + fence(sanitize(evidence))
+    body = head + error + tail
+    if len(body) > BODY_LIMIT:
+        # Keep the tuple block whole; cut the free text.
+        budget = BODY_LIMIT - len(head) - 200
+        body = head + fence(sanitize(verdict.error_substring or "")[: max(budget, 0)]) + \
+            "\n\n_(evidence cut to fit the issue size limit)_"
+        body = body[:BODY_LIMIT]
+    return IssueDraft(digest, key, verdict.failure_class.value, _title(verdict.failure_class.value,
+                      bundle.manifest.get("model"), digest), body, labels, canonical)
+
+
+def plus_one_comment(draft: IssueDraft, occurrence: Occurrence) -> str:
+    """§5.5 +1 comment; it also carries the submission so a replay is never counted twice."""
+    payload = {
+        "club3090_commit": occurrence.commit,
+        "dedup_hash": draft.dedup_hash,
+        "failure_class": draft.failure_class,
+        "kind": "dedup-plusone",
+        "schema": SCHEMA,
+        "submission_fingerprint": occurrence.submission,
+        "utc_ts": occurrence.utc_ts,
+    }
+    text = json.dumps(payload, sort_keys=True).replace("`", "\\u0060").replace("<", "\\u003c")
+    return "\n".join([PLUSONE_MARKER, "Another capture hit this failure (dedup key verified).", "",
+                      "```json", text, "```"])
+
+
+def _json_chunks(text: str) -> list[Any]:
+    out = []
+    start = 0
+    while True:
+        i = text.find("```json", start)
+        if i < 0:
+            return out
+        begin = i + len("```json")
+        end = text.find("```", begin)
+        chunk = text[begin:] if end < 0 else text[begin:end]
+        try:
+            out.append(json.loads(chunk.strip()))
+        except ValueError:
+            pass
+        if end < 0:
+            return out
+        start = end + 3
+
+
+def parse_body_tuple(body: str) -> list[Any] | None:
+    """§5.6: the ``tuple_ordered`` list of the first schema-tagged JSON block, or None."""
+    for doc in _json_chunks(body or ""):
+        if isinstance(doc, dict) and doc.get("schema") == SCHEMA and isinstance(doc.get("tuple_ordered"), list):
+            return doc["tuple_ordered"]
+    return None
+
+
+def body_tuple_matches(body: str, key: DedupKey) -> bool:
+    """§5.6: the body's tuple has seven values equal, as text, to the key's."""
+    parsed = parse_body_tuple(body)
+    if parsed is None or len(parsed) != len(key):
+        return False
+    return all(str(a) == str(b) for a, b in zip(parsed, key))
+
+
+def plus_one_submission(comment: str) -> str | None:
+    """The submission fingerprint a +1 comment counted, if it is one of ours."""
+    if PLUSONE_MARKER not in (comment or ""):
+        return None
+    for doc in _json_chunks(comment):
+        if isinstance(doc, dict) and doc.get("kind") == "dedup-plusone":
+            value = doc.get("submission_fingerprint")
+            return str(value) if value else None
+    return None

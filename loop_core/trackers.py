@@ -1,0 +1,434 @@
+"""Where deduplicated failures go: one interface, several backends.
+
+A tracker ``file``s an :class:`~loop_core.dedup.IssueDraft` for one
+:class:`~loop_core.dedup.Occurrence`: it opens a new issue, adds a +1 to the
+issue whose body tuple verifies, or recognises the occurrence as already
+counted. Occurrences are keyed by submission fingerprint, so replaying the
+same captures never counts anything twice.
+
+Built-in backends (registered by ``loop_rules.trackers``):
+
+- ``sqlite``: the embedded default, ``<captures>/_loop/tracker.sqlite``;
+- ``spool``: offline files, ``<captures>/_dedup-queue/<hash>.json``;
+- ``github``: the ``gh`` CLI (``loop_core.github``), degrading to the spool.
+
+The review queue (``_review-queue/<hash>.json``) is shared by all backends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import fcntl
+import json
+import os
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from .dedup import SCHEMA, IssueDraft, Occurrence, body_tuple_matches
+from .errors import TrackerError
+
+__all__ = [
+    "FileAction",
+    "FileResult",
+    "ReviewQueue",
+    "SpoolTracker",
+    "SqliteTracker",
+    "Tracker",
+    "TrackerOptions",
+    "TrackerSpec",
+    "atomic_write_json",
+    "locked",
+]
+
+DEDUP_QUEUE = "_dedup-queue"
+REVIEW_QUEUE = "_review-queue"
+STATE_DIR = "_loop"
+
+
+class FileAction(str, enum.Enum):
+    OPENED = "opened"
+    PLUS_ONE = "plusone"
+    ALREADY_COUNTED = "already-counted"
+    SPOOLED = "spooled"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class FileResult:
+    """What a tracker did with one occurrence."""
+
+    action: FileAction
+    dedup_hash: str
+    issue: int | str | None = None
+    reason: str = ""
+    spool_path: Path | None = None
+
+
+class Tracker(Protocol):
+    """A tracker backend. ``file`` must never lose an occurrence or count one twice."""
+
+    name: str
+
+    def file(self, draft: IssueDraft, occurrence: Occurrence) -> FileResult: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TrackerOptions:
+    """What a tracker factory receives from ``loop-rules run`` and ``spool replay``."""
+
+    captures: Path
+    repo: str | None = None
+    dry_run: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TrackerSpec:
+    """A tracker backend a plugin registers: ``factory(options) -> Tracker``."""
+
+    name: str
+    factory: Callable[[TrackerOptions], Tracker]
+    description: str = ""
+
+
+# -- files ----------------------------------------------------------------
+
+
+def atomic_write_json(path: Path, payload: Any) -> None:
+    """Write JSON so readers see the old file or the new one, never a torn one.
+
+    Temp file in the same directory, fsync, rename, fsync of the directory.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(payload, indent=2, sort_keys=True))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+@contextlib.contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    """An exclusive advisory lock on ``directory`` (shared by concurrent runs)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def clean_stale_temp_files(directory: Path, older_than: float = 60.0) -> int:
+    """Remove temp files a killed writer left behind; returns how many."""
+    removed = 0
+    if not directory.is_dir():
+        return 0
+    now = time.time()
+    for path in directory.glob(".*.tmp"):
+        with contextlib.suppress(OSError):
+            if now - path.stat().st_mtime >= older_than:
+                path.unlink()
+                removed += 1
+    return removed
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise TrackerError(f"{path}: unreadable spool file: {e}") from e
+    if not isinstance(doc, dict):
+        raise TrackerError(f"{path}: a spool file holds a JSON object")
+    return doc
+
+
+# -- spool ----------------------------------------------------------------
+
+
+class SpoolTracker:
+    """Offline files: ``<captures>/_dedup-queue/<hash>.json``, one per distinct failure.
+
+    Each file holds the would-be issue in the reference's spool shape plus the
+    list of occurrences, so repeats accumulate instead of overwriting (the
+    reference's spool kept only the last). ``loop-rules spool replay`` drains
+    the files into another tracker exactly once.
+    """
+
+    name = "spool"
+
+    def __init__(self, captures: Path) -> None:
+        self.directory = Path(captures) / DEDUP_QUEUE
+        clean_stale_temp_files(self.directory)
+
+    def file(self, draft: IssueDraft, occurrence: Occurrence, reason: str = "spooled") -> FileResult:
+        path = self.directory / f"{draft.dedup_hash}.json"
+        with locked(self.directory):
+            payload = _read_json(path) or draft.spool_payload()
+            occurrences = payload.setdefault("occurrences", [])
+            if any(o.get("submission") == occurrence.submission for o in occurrences if isinstance(o, dict)):
+                return FileResult(FileAction.ALREADY_COUNTED, draft.dedup_hash, None,
+                                  "occurrence already spooled", path)
+            occurrences.append(occurrence.to_dict())
+            atomic_write_json(path, payload)
+        return FileResult(FileAction.SPOOLED, draft.dedup_hash, None, reason, path)
+
+    def pending(self) -> list[Path]:
+        return sorted(self.directory.glob("*.json")) if self.directory.is_dir() else []
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    path: Path
+    results: tuple[FileResult, ...]
+    drained: bool
+
+
+def replay_spool(spool: SpoolTracker, target: Tracker) -> list[ReplayResult]:
+    """File every spooled occurrence into ``target``; remove a file once all of it landed.
+
+    Safe to interrupt and rerun: a target that already counted an occurrence
+    answers ``already-counted``, so nothing is counted twice.
+    """
+    out = []
+    for path in spool.pending():
+        payload = _read_json(path)
+        if payload is None:
+            continue
+        draft = IssueDraft.from_spool(payload)
+        results = []
+        for raw in payload.get("occurrences") or []:
+            results.append(target.file(draft, Occurrence.from_dict(raw)))
+        drained = all(r.action is not FileAction.SPOOLED for r in results)
+        if drained:
+            with locked(spool.directory):
+                current = _read_json(path)
+                # Only remove what we replayed; a concurrent run may have appended.
+                if current is not None and len(current.get("occurrences") or []) == len(results):
+                    path.unlink()
+                else:
+                    drained = False
+        out.append(ReplayResult(path, tuple(results), drained))
+    return out
+
+
+class ReviewQueue:
+    """``<captures>/_review-queue/<hash>.json``: unknown failures waiting for a maintainer."""
+
+    def __init__(self, captures: Path) -> None:
+        self.directory = Path(captures) / REVIEW_QUEUE
+        clean_stale_temp_files(self.directory)
+
+    def add(self, payload: dict[str, Any], occurrence: Occurrence) -> tuple[bool, Path]:
+        """Queue one occurrence; False when it was already queued."""
+        path = self.directory / f"{payload['dedup_hash']}.json"
+        with locked(self.directory):
+            current = _read_json(path) or dict(payload)
+            occurrences = current.setdefault("occurrences", [])
+            if any(o.get("submission") == occurrence.submission for o in occurrences if isinstance(o, dict)):
+                return False, path
+            occurrences.append(occurrence.to_dict())
+            atomic_write_json(path, current)
+        return True, path
+
+    def items(self) -> list[dict[str, Any]]:
+        out = []
+        if self.directory.is_dir():
+            for path in sorted(self.directory.glob("*.json")):
+                doc = _read_json(path)
+                if doc is not None:
+                    doc["_path"] = str(path)
+                    out.append(doc)
+        return out
+
+    def remove(self, dedup_hash: str) -> bool:
+        path = self.directory / f"{dedup_hash}.json"
+        with locked(self.directory):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                return False
+        return True
+
+
+def review_payload(draft_key_hash: str, canonical: dict[str, Any], error_substring: str,
+                   model: Any, utc_ts: Any, reason: str) -> dict[str, Any]:
+    """§5.8 review spool shape."""
+    return {"canonical": canonical, "dedup_hash": draft_key_hash, "error_substring": error_substring,
+            "kind": "review-queue", "model_slug": model, "reason": reason, "schema": SCHEMA, "utc_ts": utc_ts}
+
+
+# -- sqlite ---------------------------------------------------------------
+
+_SCHEMA_SQL = """
+CREATE TABLE IF NOT EXISTS issues (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    dedup_hash TEXT NOT NULL,
+    failure_class TEXT NOT NULL,
+    title TEXT NOT NULL,
+    body TEXT NOT NULL,
+    state TEXT NOT NULL DEFAULT 'open',
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS issues_by_hash ON issues (dedup_hash);
+CREATE TABLE IF NOT EXISTS labels (
+    issue_id INTEGER NOT NULL REFERENCES issues (id),
+    name TEXT NOT NULL,
+    PRIMARY KEY (issue_id, name)
+);
+CREATE TABLE IF NOT EXISTS occurrences (
+    submission TEXT NOT NULL,
+    dedup_hash TEXT NOT NULL,
+    issue_id INTEGER NOT NULL REFERENCES issues (id),
+    utc_ts TEXT,
+    commit_sha TEXT,
+    bundle TEXT,
+    recorded_at TEXT NOT NULL,
+    PRIMARY KEY (submission, dedup_hash)
+);
+CREATE INDEX IF NOT EXISTS occurrences_by_issue ON occurrences (issue_id);
+"""
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class SqliteTracker:
+    """The embedded tracker: one SQLite file, safe for concurrent runs.
+
+    WAL journal, a busy timeout, and ``BEGIN IMMEDIATE`` around each
+    check-then-write, so concurrent runs serialize their writes instead of
+    failing with "database is locked" or counting an occurrence twice.
+    """
+
+    name = "sqlite"
+
+    def __init__(self, path: Path, *, busy_timeout: float = 60.0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None)
+        self.db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        self._retry(lambda: self.db.execute("PRAGMA journal_mode = WAL"))
+        self.db.execute("PRAGMA synchronous = NORMAL")
+        self._retry(lambda: self.db.executescript(_SCHEMA_SQL))
+
+    @classmethod
+    def for_captures(cls, captures: Path) -> SqliteTracker:
+        return cls(Path(captures) / STATE_DIR / "tracker.sqlite")
+
+    def _retry(self, op: Callable[[], Any], attempts: int = 50) -> Any:
+        for i in range(attempts):
+            try:
+                return op()
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e) or i == attempts - 1:
+                    raise
+                time.sleep(0.05 * (i + 1))
+        return None  # pragma: no cover
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self._retry(lambda: self.db.execute("BEGIN IMMEDIATE"))
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def file(self, draft: IssueDraft, occurrence: Occurrence) -> FileResult:
+        with self.transaction() as db:
+            return self._file(db, draft, occurrence)
+
+    def _file(self, db: sqlite3.Connection, draft: IssueDraft, occurrence: Occurrence) -> FileResult:
+        row = db.execute("SELECT issue_id FROM occurrences WHERE submission = ? AND dedup_hash = ?",
+                         (occurrence.submission, draft.dedup_hash)).fetchone()
+        if row is not None:
+            return FileResult(FileAction.ALREADY_COUNTED, draft.dedup_hash, row[0], "occurrence already counted")
+        issue_id = None
+        for candidate_id, body in db.execute("SELECT id, body FROM issues WHERE dedup_hash = ? ORDER BY id",
+                                             (draft.dedup_hash,)):
+            if body_tuple_matches(body, draft.key):
+                issue_id = candidate_id
+                break
+        now = _now()
+        if issue_id is None:
+            cur = db.execute(
+                "INSERT INTO issues (dedup_hash, failure_class, title, body, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)", (draft.dedup_hash, draft.failure_class, draft.title, draft.body, now, now))
+            issue_id = cur.lastrowid
+            db.executemany("INSERT OR IGNORE INTO labels (issue_id, name) VALUES (?, ?)",
+                           [(issue_id, label) for label in draft.labels])
+            action, reason = FileAction.OPENED, "opened-new"
+        else:
+            db.execute("UPDATE issues SET updated_at = ? WHERE id = ?", (now, issue_id))
+            action, reason = FileAction.PLUS_ONE, "plusone-body-verified"
+        db.execute(
+            "INSERT INTO occurrences (submission, dedup_hash, issue_id, utc_ts, commit_sha, bundle, recorded_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (occurrence.submission, draft.dedup_hash, issue_id, _text(occurrence.utc_ts),
+             _text(occurrence.commit), occurrence.bundle, now))
+        return FileResult(action, draft.dedup_hash, issue_id, reason)
+
+    def issues(self) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT i.id, i.dedup_hash, i.failure_class, i.title, i.state, i.created_at, i.updated_at, "
+            "(SELECT COUNT(*) FROM occurrences o WHERE o.issue_id = i.id) FROM issues i ORDER BY i.id").fetchall()
+        keys = ("id", "dedup_hash", "failure_class", "title", "state", "created_at", "updated_at", "occurrences")
+        return [dict(zip(keys, r)) for r in rows]
+
+    def issue(self, ref: str) -> dict[str, Any] | None:
+        """One issue by number or by dedup hash (its first issue), with labels and occurrences."""
+        if ref.isdigit():
+            row = self.db.execute("SELECT id FROM issues WHERE id = ?", (int(ref),)).fetchone()
+        else:
+            row = self.db.execute("SELECT id FROM issues WHERE dedup_hash = ? ORDER BY id", (ref,)).fetchone()
+        if row is None:
+            return None
+        issue_id = row[0]
+        base = next(i for i in self.issues() if i["id"] == issue_id)
+        base["body"] = self.db.execute("SELECT body FROM issues WHERE id = ?", (issue_id,)).fetchone()[0]
+        base["labels"] = [r[0] for r in self.db.execute(
+            "SELECT name FROM labels WHERE issue_id = ? ORDER BY name", (issue_id,))]
+        base["occurrence_list"] = [
+            dict(zip(("submission", "utc_ts", "bundle", "recorded_at"), r)) for r in self.db.execute(
+                "SELECT submission, utc_ts, bundle, recorded_at FROM occurrences WHERE issue_id = ? "
+                "ORDER BY recorded_at, submission", (issue_id,))]
+        return base
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)

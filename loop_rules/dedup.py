@@ -1,0 +1,15 @@
+"""Plugin: the built-in issue rendering (CONTRACTS §5.2-§5.4, sanitized)."""
+
+from __future__ import annotations
+
+from loop_core import Bundle, Classification, hookimpl
+from loop_core.dedup import IssueDraft, draft_issue
+
+
+@hookimpl(trylast=True)
+def loop_draft_issue(bundle: Bundle, verdict: Classification) -> IssueDraft:
+    from loop_core.view import View
+
+    final = View(bundle).signal("final_error")
+    evidence = final if final and final.lower() not in verdict.error_substring else None
+    return draft_issue(bundle, verdict, evidence=evidence)
