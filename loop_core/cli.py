@@ -644,5 +644,18 @@ def plugins() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``loop-rules`` console script."""
-    cli.main(args=argv, prog_name="loop-rules")
+    """Entry point of the ``loop-rules`` console script.
+
+    An unexpected exception is a bug, but the user still gets one line (and
+    the traceback only with ``LOOP_RULES_DEBUG=1``).
+    """
+    import os
+
+    try:
+        cli.main(args=argv, prog_name="loop-rules", standalone_mode=True)
+    except Exception as e:  # noqa: BLE001 - the last line of defence
+        if os.environ.get("LOOP_RULES_DEBUG"):
+            raise
+        click.echo(f"loop-rules: internal error: {type(e).__name__}: {e} "
+                   f"(set LOOP_RULES_DEBUG=1 for the traceback)", err=True)
+        sys.exit(70)

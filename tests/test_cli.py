@@ -1,0 +1,119 @@
+"""The command line: exit statuses, one-line errors, output contracts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from loop_core.cli import cli
+
+OOM = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB"
+CONTRACT = {"bundle", "schema", "reader_error", "failure_class", "tier", "matched_rule", "fingerprint",
+            "error_substring", "should_file", "review_queue", "route_as_kv_calc_bug", "delta_mib",
+            "consensus_key", "dedup_tuple", "dedup_hash", "labels"}
+
+
+def invoke(*args: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_version() -> None:
+    from loop_core import __version__
+
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.output.strip() == f"loop-rules, version {__version__}"
+
+
+def test_classify_jsonl_carries_the_output_contract(bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    path = bundle_dir(OOM)
+    result = invoke("classify", "--format", "jsonl", str(path))
+    assert result.exit_code == 0
+    row = json.loads(result.output)
+    assert CONTRACT <= set(row)
+    assert (row["failure_class"], row["tier"], row["matched_rule"]) == ("genuine-oom", "tier1", "tier1-oom-fastpath")
+    assert row["labels"][0] == f"loop:dedup-{row['dedup_hash']}"
+
+
+def test_classify_finds_bundles_recursively_and_skips_spools(tmp_path: Path) -> None:
+    from loop_core.testing import make_bundle, write_bundle
+
+    write_bundle(tmp_path / "a-model" / "20260801T000000Z", make_bundle(OOM))
+    write_bundle(tmp_path / "b-model" / "20260802T000000Z", make_bundle("boom"))
+    write_bundle(tmp_path / "_dedup-queue" / "x", make_bundle("spooled, not a capture"))
+    result = invoke("classify", "--format", "json", str(tmp_path))
+    rows = json.loads(result.output)
+    assert [Path(r["bundle"]).parent.name for r in rows] == ["a-model", "b-model"]
+
+
+def test_classify_table_and_unreadable_bundle(tmp_path: Path, bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    good = bundle_dir(OOM, name="good")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "manifest.json").write_text("{not json")
+    result = invoke("classify", str(good), str(bad))
+    assert result.exit_code == 1
+    assert "genuine-oom" in result.output
+    assert "bad/manifest.json: invalid JSON" in result.output
+    assert "2 bundle(s): genuine-oom 1; 1 unreadable" in result.output
+
+
+def test_explain_shows_every_matcher_and_the_span(bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    path = bundle_dir("ValueError: Model QuantConfig: the AWQ weight is not supported for this dtype")
+    result = invoke("explain", "--rules", "reference", str(path))
+    assert result.exit_code == 0
+    out = result.output
+    assert "[tier1] tier1-oom-fastpath: no match" in out
+    assert "[tier2] tier2-exact: no match" in out
+    assert "[tier2] tier2-rules: MATCH" in out
+    assert "+ quant-weightload-dtype -> quant-unsupported" in out
+    assert "found 'weight is not supported', 'awq'" in out
+    assert "verdict: quant-unsupported (tier2, rule quant-weightload-dtype)" in out
+
+
+def test_explain_shows_the_regex_span(bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    path = bundle_dir("RuntimeError: CUDA error: no kernel image is available for execution on the device")
+    out = invoke("explain", str(path)).output
+    assert "+ kernel-no-kernel-image -> kernel-unsupported" in out
+    assert "span (69, 125) 'no kernel image is available for execution on the device'" in out
+
+
+def test_test_command_passes_for_both_packs() -> None:
+    for pack in ("default", "reference"):
+        result = invoke("test", "--rules", pack)
+        assert result.exit_code == 0, result.output
+        assert result.output.strip().endswith("0 failed")
+
+
+def test_test_command_fails_on_a_broken_example(tmp_path: Path) -> None:
+    (tmp_path / "10.yml").write_text(
+        "- id: wrong-example\n  class: unknown\n  description: d\n"
+        "  when: {select: $.signal.error_text, contains: boom}\n  examples: {match: [bang]}\n")
+    result = invoke("test", "--rules", str(tmp_path))
+    assert result.exit_code == 1
+    assert "FAIL" in result.output and "wrong-example examples.match[0]: expected match, got no match" in result.output
+
+
+def test_plugins_is_json() -> None:
+    report = json.loads(invoke("plugins").output)
+    names = {p["name"] for p in report["plugins"]}
+    assert {"loop_rules.tier1", "loop_rules.tier2", "loop_rules.packs"} <= names
+    assert [m["name"] for m in report["matchers"]][:3] == ["tier1-oom-fastpath", "tier2-exact", "tier2-rules"]
+
+
+def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "loop_core", "classify", "--rules", "nope", str(tmp_path)],
+                            capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "Error: --rules 'nope': neither a registered pack (default, reference) nor a directory"]
+
+
+def test_check_lists_every_problem_and_exits_1(tmp_path: Path) -> None:
+    (tmp_path / "10.yml").write_text("- id: a\n  class: nope\n- {id: b}\n")
+    result = invoke("check", "--rules", str(tmp_path))
+    assert result.exit_code == 1
+    assert "error: " in result.output and "check: 2 problem(s)" in result.output
