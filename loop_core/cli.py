@@ -353,6 +353,54 @@ def _trust_table(rows: Iterable[dict[str, Any]]) -> int:
     return bad
 
 
+@cli.command("eval")
+@click.option("--corpus", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
+              help="Directory of labelled case files (searched recursively).")
+@rules_option
+@click.option("--split", type=click.Choice(["all", "tune", "frozen"]), default="all", show_default=True,
+              help="Which split of the corpus to measure.")
+@click.option("--compare", "compare_with", default=None, metavar="PACK",
+              help="A second pack to measure on the same cases, shown beside the first.")
+@format_option("table", "json")
+@_guard
+def eval_(corpus: Path, rules: str, split: str, compare_with: str | None, fmt: str) -> None:
+    """Measure a pack on a labelled corpus of real logs: precision, recall, F1.
+
+    Prints per-class precision, recall and F1, macro-F1, accuracy, accuracy on
+    hard cases (whose text carries another class's words) and every miss.
+
+    \b
+    Example:
+        loop-rules eval --corpus tests/corpus/real --split tune --compare reference
+    """
+    from .evaluate import evaluate, load_cases
+
+    cases = load_cases(corpus, split)
+    if not cases:
+        raise LoopClickError(f"{corpus}: no cases in split {split!r}")
+    reports = [evaluate(_engine(rules), cases, split)]
+    if compare_with:
+        reports.append(evaluate(_engine(compare_with), cases, split))
+    if fmt == "json":
+        click.echo(json.dumps([r.to_dict() for r in reports], indent=2))
+        return
+    click.echo(f"{len(cases)} case(s), split {split}")
+    header = f"{'class':20}" + "".join(f" | {r.pack[:9]:>9} P     R    F1  " for r in reports) + " | support"
+    click.echo(header)
+    for cls, row in reports[0].per_class().items():
+        cells = "".join(f" | {r.per_class()[cls]['precision']:9.2f} {r.per_class()[cls]['recall']:5.2f} "
+                        f"{r.per_class()[cls]['f1']:5.2f}" for r in reports)
+        click.echo(f"{cls:20}{cells} | {row['support']}")
+    for label, attr in (("macro-F1", "macro_f1"), ("accuracy", "accuracy"), ("hard accuracy", "hard_accuracy")):
+        click.echo(f"{label:20}" + "".join(f" | {getattr(r, attr):21.3f}" for r in reports))
+    for r in reports:
+        click.echo(f"\nmisses of {r.pack} ({len(r.misses)}):")
+        for miss in r.misses:
+            hard = " (hard)" if miss["hard"] else ""
+            click.echo(f"  {miss['id']}: expected {miss['expected']}, got {miss['got']} "
+                       f"by {miss['rule']}{hard}")
+
+
 def _tracker(name: str, captures: Path, repo: str | None) -> Any:
     from .plugins import collect, make_plugin_manager
     from .trackers import TrackerOptions

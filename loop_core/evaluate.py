@@ -1,0 +1,147 @@
+"""Measure a rule pack on a labelled corpus of real error logs.
+
+A corpus is a directory of case files (``*.yml``, searched recursively), each
+one real log excerpt with its root-cause label::
+
+    id: vllm-oom-003
+    engine: vllm
+    source: https://github.com/...
+    label: genuine-oom
+    hard: false          # the text carries another class's words
+    split: tune          # or frozen: never looked at while tuning rules
+    rationale: ...
+    excerpt: |
+      ...
+    actual: {attempted_alloc_mib: 1997, gpu_worker_reported_mib: null}
+
+Each case becomes a bundle the way the producer writes one: a failed boot
+whose container-log tail is ``pt3.failure_log_excerpt`` and whose parsed
+numbers are ``pt3.actual``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .bundle import Bundle
+from .engine import Engine
+from .errors import LoopError
+from .testing import make_bundle
+from .verdict import FailureClass
+
+__all__ = ["Case", "Report", "case_bundle", "evaluate", "load_cases"]
+
+CLASSES = [c.value for c in FailureClass]
+CASE_KEYS = {"id", "engine", "source", "label", "hard", "split", "rationale", "excerpt"}
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    id: str
+    label: str
+    excerpt: str
+    hard: bool
+    split: str
+    engine: str = ""
+    source: str = ""
+    rationale: str = ""
+    actual: dict[str, Any] | None = None
+
+
+def load_cases(root: str | Path, split: str = "all") -> list[Case]:
+    """Every case under ``root`` (sorted by id), optionally one split only.
+
+    :raises LoopError: a case file is invalid; the message names it.
+    """
+    cases = []
+    for path in sorted(Path(root).rglob("*.yml")):
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as e:
+            raise LoopError(f"{path}: unreadable case: {e}") from e
+        if not isinstance(doc, dict) or not CASE_KEYS <= set(doc):
+            continue  # not a case file (e.g. a README or pack settings)
+        if doc["label"] not in CLASSES:
+            raise LoopError(f"{path}: label {doc['label']!r} is not one of the six classes")
+        case = Case(str(doc["id"]), doc["label"], str(doc["excerpt"]), bool(doc["hard"]), str(doc["split"]),
+                    str(doc.get("engine", "")), str(doc.get("source", "")), str(doc.get("rationale", "")),
+                    doc.get("actual") if isinstance(doc.get("actual"), dict) else None)
+        if split in ("all", case.split):
+            cases.append(case)
+    return sorted(cases, key=lambda c: c.id)
+
+
+def case_bundle(case: Case) -> Bundle:
+    """The bundle the producer would have written for this failed boot."""
+    actual = {"attempted_alloc_mib": None, "gpu_worker_reported_mib": None}
+    actual.update(case.actual or {})
+    return make_bundle({"manifest": {"model": f"corpus/{case.id}", "slug": f"corpus/{case.id}",
+                                     "model_id": f"corpus/{case.id}"},
+                        "pt3": {"failure_log_excerpt": case.excerpt, "actual": actual}}, path=case.id)
+
+
+@dataclass(slots=True)
+class Report:
+    """Per-class precision/recall/F1, macro-F1, accuracy, hard-case accuracy, misses."""
+
+    pack: str
+    split: str
+    total: int = 0
+    correct: int = 0
+    hard_total: int = 0
+    hard_correct: int = 0
+    confusion: Counter[tuple[str, str]] = field(default_factory=Counter)
+    misses: list[dict[str, Any]] = field(default_factory=list)
+
+    def per_class(self) -> dict[str, dict[str, float | int]]:
+        out: dict[str, dict[str, float | int]] = {}
+        for cls in CLASSES:
+            tp = self.confusion[(cls, cls)]
+            predicted = sum(n for (_t, p), n in self.confusion.items() if p == cls)
+            support = sum(n for (t, _p), n in self.confusion.items() if t == cls)
+            precision = tp / predicted if predicted else 0.0
+            recall = tp / support if support else 0.0
+            f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+            out[cls] = {"precision": precision, "recall": recall, "f1": f1, "support": support}
+        return out
+
+    @property
+    def macro_f1(self) -> float:
+        rows = [r for r in self.per_class().values() if r["support"]]
+        return sum(float(r["f1"]) for r in rows) / len(rows) if rows else 0.0
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.total if self.total else 0.0
+
+    @property
+    def hard_accuracy(self) -> float:
+        return self.hard_correct / self.hard_total if self.hard_total else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pack": self.pack, "split": self.split, "cases": self.total, "accuracy": self.accuracy,
+                "macro_f1": self.macro_f1, "hard_cases": self.hard_total, "hard_accuracy": self.hard_accuracy,
+                "per_class": self.per_class(), "misses": self.misses}
+
+
+def evaluate(engine: Engine, cases: list[Case], split: str = "all") -> Report:
+    report = Report(engine.pack.name, split)
+    for case in cases:
+        verdict = engine.classify(case_bundle(case))
+        got = verdict.failure_class.value
+        ok = got == case.label
+        report.total += 1
+        report.correct += ok
+        report.confusion[(case.label, got)] += 1
+        if case.hard:
+            report.hard_total += 1
+            report.hard_correct += ok
+        if not ok:
+            report.misses.append({"id": case.id, "expected": case.label, "got": got,
+                                  "rule": verdict.matched_rule, "hard": case.hard, "split": case.split})
+    return report
