@@ -8,7 +8,7 @@ sorts the matchers. ``classify`` is then a pure function of the bundle.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -142,11 +142,22 @@ class Engine:
     def classify(self, bundle: Bundle) -> Classification:
         """Decide the class of one bundle. Never raises for a bundle that was read."""
         ctx = self.context(bundle)
+        verdict = None
         for matcher in self.matchers:
             result = matcher.match(ctx)
             if result is not None:
-                return self._verdict(ctx, matcher, result)
-        return self._routed(ctx, FailureClass.UNKNOWN, Tier.NONE, None)
+                verdict = self._verdict(ctx, matcher, result)
+                break
+        if verdict is None:
+            verdict = self._routed(ctx, FailureClass.UNKNOWN, Tier.NONE, None)
+        return self._with_shadow(ctx, verdict)
+
+    def _with_shadow(self, ctx: MatchContext, verdict: Classification) -> Classification:
+        shadow = self.pack.shadow_rules
+        if not shadow:
+            return verdict
+        hits = tuple(rule.id for rule in shadow if rule.when.evaluate(ctx.view))
+        return replace(verdict, shadow_matches=hits, warnings=tuple(ctx.view.warnings))
 
     def explain(self, bundle: Bundle) -> tuple[Classification, list[MatcherTrace]]:
         """Run every matcher in order and say why each did or did not decide."""
@@ -162,7 +173,7 @@ class Engine:
                 verdict = self._verdict(ctx, matcher, result)
         if verdict is None:
             verdict = self._routed(ctx, FailureClass.UNKNOWN, Tier.NONE, None)
-        return verdict, traces
+        return self._with_shadow(ctx, verdict), traces
 
     def _verdict(self, ctx: MatchContext, matcher: Matcher, result: Match) -> Classification:
         cls = coerce_class(result.failure_class)

@@ -31,6 +31,8 @@ __all__ = ["PackSettings", "Rule", "RulePack", "RuleSource", "load_rules", "load
 
 PACK_FILE = "pack.yml"
 RULE_KEYS = frozenset({"id", "class", "description", "when", "examples"})
+OPTIONAL_RULE_KEYS = frozenset({"mode"})
+MODES = ("active", "shadow")
 EXAMPLE_FILES = frozenset({"manifest", "pt1", "pt2", "pt3", "pt4", "pt5"})
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 _FINGERPRINT = re.compile(r"^[0-9a-f]{12}$")
@@ -59,6 +61,12 @@ class Rule:
     match_examples: tuple[Any, ...]
     no_match_examples: tuple[Any, ...]
     source: RuleSource
+    mode: str = "active"
+
+    @property
+    def shadow(self) -> bool:
+        """A shadow rule is evaluated and reported but never decides a class."""
+        return self.mode == "shadow"
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +98,14 @@ class RulePack:
     version: str
     files: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def active_rules(self) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if not r.shadow)
+
+    @property
+    def shadow_rules(self) -> tuple[Rule, ...]:
+        return tuple(r for r in self.rules if r.shadow)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -333,9 +349,13 @@ def _load_rule(raw: Any, source: RuleSource, kinds: Mapping[str, ConditionKind],
     rule_id = raw.get("id")
     where = f"{source} {rule_id}" if isinstance(rule_id, str) else str(source)
     ok = True
-    extra = sorted(set(raw) - RULE_KEYS)
+    extra = sorted(set(raw) - RULE_KEYS - OPTIONAL_RULE_KEYS)
     if extra:
-        problems.add(f"{where}: unknown keys {extra} (expected {', '.join(sorted(RULE_KEYS))})")
+        problems.add(f"{where}: unknown keys {extra} (expected {', '.join(sorted(RULE_KEYS | OPTIONAL_RULE_KEYS))})")
+        ok = False
+    mode = raw.get("mode", "active")
+    if mode not in MODES:
+        problems.add(f"{where}: mode must be active or shadow, got {mode!r}")
         ok = False
     missing = sorted(RULE_KEYS - set(raw))
     if missing:
@@ -359,7 +379,7 @@ def _load_rule(raw: Any, source: RuleSource, kinds: Mapping[str, ConditionKind],
     if examples is None or not ok:
         return None
     return Rule(rule_id, FailureClass(raw["class"]), raw["description"].strip(), when,
-                examples[0], examples[1], source)
+                examples[0], examples[1], source, mode)
 
 
 def _load_examples(raw: Any, where: str, problems: _Problems) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:

@@ -76,6 +76,7 @@ class Classification:
     tier1_inputs: dict[str, Any] | None = None
     rules_version: str = ""
     warnings: tuple[str, ...] = field(default=())
+    shadow_matches: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -91,4 +92,5 @@ class Classification:
             "tier1_inputs": self.tier1_inputs,
             "rules_version": self.rules_version,
             "warnings": list(self.warnings),
+            "shadow_matches": list(self.shadow_matches),
         }

@@ -58,7 +58,7 @@ def _compile_tokens(arg: Any) -> frozenset[str]:
 def _abort_reason_in(view: View, tokens: frozenset[str]) -> bool:
     pt1 = view.bundle.pt1
     reason = pt1.get("abort_reason") if isinstance(pt1, dict) else None
-    return bool(reason) and reason in tokens
+    return isinstance(reason, str) and bool(reason) and reason in tokens
 
 
 @hookimpl

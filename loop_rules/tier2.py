@@ -25,7 +25,7 @@ def _explain_exact(ctx: MatchContext) -> list[Trace]:
 
 
 def _rows(ctx: MatchContext) -> Match | None:
-    for rule in ctx.pack.rules:
+    for rule in ctx.pack.active_rules:
         if rule.when.evaluate(ctx.view):
             return Match(rule.failure_class.value, rule.id)
     return None
@@ -35,7 +35,8 @@ def _explain_rows(ctx: MatchContext) -> list[Trace]:
     out = []
     for rule in ctx.pack.rules:
         trace = rule.when.explain(ctx.view)
-        out.append(Trace(f"{rule.id} -> {rule.failure_class.value} ({rule.source})",
+        shadow = " [shadow: never decides]" if rule.shadow else ""
+        out.append(Trace(f"{rule.id} -> {rule.failure_class.value} ({rule.source}){shadow}",
                          trace.matched, children=(trace,)))
     return out
 
