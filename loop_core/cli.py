@@ -216,19 +216,25 @@ def explain(bundle: Path, rules: str, fmt: str) -> None:
 
 @cli.command()
 @rules_option
+@click.option("--strict", is_flag=True, help="Exit 1 on warnings (lint) too, not only on errors.")
 @_guard
-def check(rules: str) -> None:
+def check(rules: str, strict: bool) -> None:
     """Validate a rule pack: report every problem at once.
 
     Loads and compiles every file, runs each rule's own examples, and probes
     every regex with long adversarial lines so a catastrophic pattern is
     caught before it meets real logs. Exit status 1 on any problem.
 
+    Lint warnings: rules that can never win (an earlier matcher decides all
+    of their match examples), rules without no_match examples, regexes with
+    nested quantifiers, files that contribute nothing.
+
     \b
     Example:
         loop-rules check --rules rules.d
         loop-rules check --rules reference
     """
+    from .maintain import lint_pack
     from .selftest import probe_regexes, run_examples
 
     try:
@@ -245,14 +251,15 @@ def check(rules: str) -> None:
             problems.append(f"{case.name}: expected {case.expected}, got {case.got}{why}")
     regex_errors, regex_warnings = probe_regexes(engine.pack.rules)
     problems.extend(regex_errors)
+    warnings = regex_warnings + [lint.message for lint in lint_pack(engine)]
     for problem in problems:
         click.echo(f"error: {problem}")
-    for warning in regex_warnings:
+    for warning in warnings:
         click.echo(f"warning: {warning}")
     pack = engine.pack
     click.echo(f"check: pack {pack.name}: {len(pack.rules)} rules, {len(pack.exact)} exact "
-               f"fingerprints, {len(pack.files)} files; {len(problems)} problem(s)")
-    if problems:
+               f"fingerprints, {len(pack.files)} files; {len(problems)} problem(s), {len(warnings)} warning(s)")
+    if problems or (strict and warnings):
         sys.exit(1)
 
 
@@ -399,6 +406,106 @@ def eval_(corpus: Path, rules: str, split: str, compare_with: str | None, fmt: s
             hard = " (hard)" if miss["hard"] else ""
             click.echo(f"  {miss['id']}: expected {miss['expected']}, got {miss['got']} "
                        f"by {miss['rule']}{hard}")
+
+
+@cli.command()
+@click.argument("bundle", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--as", "as_class", required=True, metavar="CLASS",
+              help="The class a maintainer decided: one of the six.")
+@click.option("--rules", "rules_dir", default="rules.d", show_default=True,
+              type=click.Path(file_okay=False, path_type=Path), help="The pack directory to write to.")
+@click.option("--review", "review_hash", default=None, metavar="HASH",
+              help="Learn from a review-queue entry (by dedup hash) instead of a bundle.")
+@click.option("--captures", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="The captures folder whose _review-queue/ holds --review HASH.")
+@_guard
+def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str | None,
+          captures: Path | None) -> None:
+    """Teach the exact table: this failure's fingerprint is CLASS from now on.
+
+    Appends the bundle's Tier-2 fingerprint -> CLASS to the pack's exact.yml
+    (keys quoted; the rest of the file kept), and removes the entry from the
+    review queue. The next identical failure is an O(1) exact hit.
+
+    \b
+    Example:
+        loop-rules learn captures/acme-7b/20260801T093000Z --as kernel-unsupported
+        loop-rules learn --review 3a0e288f9dcc --captures captures --as unknown
+    """
+    from .bundle import read_bundle
+    from .engine import Engine, condition_kinds
+    from .maintain import learn as learn_fingerprint
+    from .maintain import review_fingerprint
+    from .plugins import make_plugin_manager
+    from .trackers import ReviewQueue
+
+    pm = make_plugin_manager()
+    queue = None
+    if review_hash:
+        if bundle is not None or captures is None:
+            raise LoopClickError("--review HASH needs --captures DIR and no BUNDLE")
+        queue = ReviewQueue(captures)
+        item = next((i for i in queue.items() if i.get("dedup_hash") == review_hash), None)
+        if item is None:
+            raise LoopClickError(f"{captures}: no review-queue entry {review_hash!r}")
+        fingerprint, origin = review_fingerprint(item), f"review {review_hash}"
+    elif bundle is not None:
+        b = read_bundle(bundle)
+        fingerprint = Engine.build(str(rules_dir), pm).context(b).fingerprint
+        origin = f"bundle {bundle.name}"
+        if captures is not None:
+            queue = ReviewQueue(captures)
+    else:
+        raise LoopClickError("give a BUNDLE or --review HASH --captures DIR")
+    added = learn_fingerprint(rules_dir, fingerprint, as_class, condition_kinds(pm), note=origin)
+    removed = False
+    if queue is not None:
+        from .keys import dedup_key
+
+        hashes = [review_hash] if review_hash else [dedup_key(read_bundle(bundle), "unknown").digest()]  # type: ignore[arg-type]
+        removed = any(queue.remove(h) for h in hashes if h)
+    click.echo(f"{'learned' if added else 'already known'}: {fingerprint} -> {as_class} in "
+               f"{rules_dir / 'exact.yml'}" + ("; removed from the review queue" if removed else ""))
+
+
+@cli.command()
+@click.argument("corpus", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--rules", "new_rules", required=True, metavar="PACK", help="The changed pack (name or directory).")
+@click.option("--against", "old_rules", default="default", show_default=True, metavar="PACK",
+              help="The pack to compare with.")
+@format_option("table", "markdown", "json")
+@click.option("--fail-on-change", is_flag=True, help="Exit 1 when any bundle changes.")
+@_guard
+def diff(corpus: tuple[Path, ...], new_rules: str, old_rules: str, fmt: str, fail_on_change: bool) -> None:
+    """Preview a rule change: bundles of CORPUS whose class, rule or dedup hash moves.
+
+    Counts each class transition; --format markdown is ready for a pull-request
+    comment. Shadow rules of the new pack are listed with how often they would match.
+
+    \b
+    Example:
+        loop-rules diff --rules ./my-rules.d --against default captures/
+        loop-rules diff --rules rules.d --against reference --format markdown tests/conformance/bundles
+    """
+    from .maintain import diff_packs
+
+    report = diff_packs(corpus, _engine(old_rules), _engine(new_rules))
+    if fmt == "json":
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    elif fmt == "markdown":
+        click.echo(report.markdown(), nl=False)
+    else:
+        click.echo(f"{report.bundles} bundle(s): {len(report.changes)} changed between {report.old_pack} "
+                   f"and {report.new_pack}")
+        for (a, b), n in sorted(report.transitions().items()):
+            click.echo(f"  {a:20} -> {b:20} {n}")
+        for c in report.changes:
+            click.echo(f"  {_short_name(c.bundle)}: {c.old_class} ({c.old_rule}) -> {c.new_class} "
+                       f"({c.new_rule}) [{', '.join(c.fields())}]")
+        for rule, n in sorted(report.shadow_hits.items()):
+            click.echo(f"  shadow rule {rule} would match {n} bundle(s)")
+    if fail_on_change and report.changes:
+        sys.exit(1)
 
 
 def _tracker(name: str, captures: Path, repo: str | None) -> Any:

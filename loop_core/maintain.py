@@ -1,0 +1,231 @@
+"""Maintainer workflow: learn from the review queue, preview rule changes, lint a pack."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .batch import classify_paths
+from .bundle import Bundle
+from .engine import Engine
+from .errors import LoopError, RuleError
+from .keys import dedup_key, tier2_fingerprint
+from .rules import RulePack, load_rules
+from .testing import make_bundle
+from .verdict import FailureClass
+
+__all__ = ["Change", "DiffReport", "Lint", "diff_packs", "learn", "lint_pack", "review_fingerprint"]
+
+EXACT_FILE = "exact.yml"
+_CLASSES = [c.value for c in FailureClass]
+_FINGERPRINT = re.compile(r"^[0-9a-f]{12}$")
+
+
+# -- learn ------------------------------------------------------------------
+
+
+def review_fingerprint(item: dict[str, Any]) -> str:
+    """The Tier-2 fingerprint of a review-queue entry (recomputed for entries that lack one)."""
+    if isinstance(item.get("fingerprint"), str) and _FINGERPRINT.match(item["fingerprint"]):
+        return str(item["fingerprint"])
+    ordered = (item.get("canonical") or {}).get("tuple_ordered") or []
+    if len(ordered) != 7:
+        raise LoopError(f"review entry {item.get('dedup_hash')!r}: no fingerprint and no canonical tuple")
+    return tier2_fingerprint(str(item.get("error_substring") or ""), ordered[2], ordered[4])
+
+
+def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, note: str = "") -> bool:
+    """Append ``fingerprint -> class`` to the pack's exact table (``exact.yml``).
+
+    The file is edited as text so everything else in it (comments, order) is
+    kept; keys are quoted so YAML never reads them as numbers. The pack is
+    reloaded afterwards and the edit is undone if it no longer loads.
+
+    :returns: False when the entry was already there with the same class.
+    :raises LoopError: an unknown class, a bad fingerprint, or a conflicting entry.
+    """
+    if failure_class not in _CLASSES:
+        raise LoopError(f"--as {failure_class!r}: not one of the six classes ({', '.join(_CLASSES)})")
+    if not _FINGERPRINT.match(fingerprint):
+        raise LoopError(f"{fingerprint!r}: not a 12-hex-digit fingerprint")
+    pack_dir = Path(pack_dir)
+    if not pack_dir.is_dir():
+        raise LoopError(f"{pack_dir}: --rules must be a pack directory you can edit")
+    existing = load_rules(pack_dir, kinds).exact.get(fingerprint)
+    if existing == failure_class:
+        return False
+    if existing is not None:
+        raise LoopError(f"{fingerprint}: already learned as {existing!r}; edit {pack_dir / EXACT_FILE} to change it")
+    path = pack_dir / EXACT_FILE
+    before = path.read_text(encoding="utf-8") if path.exists() else None
+    text = before if before is not None else (
+        "# Maintainer decisions: Tier-2 fingerprint -> class, written by `loop-rules learn`.\n"
+        "# Keys are quoted so YAML reads them as text.\nexact:\n")
+    if not text.endswith("\n"):
+        text += "\n"
+    comment = f"  # {note}" if note else ""
+    stamp = time.strftime("%Y-%m-%d", time.gmtime())
+    text += f"  '{fingerprint}': {failure_class}  # learned {stamp}{comment.replace(chr(10), ' ')}\n"
+    path.write_text(text, encoding="utf-8")
+    try:
+        load_rules(pack_dir, kinds)
+    except RuleError:
+        if before is None:
+            path.unlink()
+        else:
+            path.write_text(before, encoding="utf-8")
+        raise
+    return True
+
+
+# -- diff -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    bundle: str
+    old_class: str
+    new_class: str
+    old_rule: str | None
+    new_rule: str | None
+    old_hash: str
+    new_hash: str
+
+    def fields(self) -> list[str]:
+        out = []
+        if self.old_class != self.new_class:
+            out.append("class")
+        if self.old_rule != self.new_rule:
+            out.append("rule")
+        if self.old_hash != self.new_hash:
+            out.append("dedup_hash")
+        return out
+
+
+@dataclass(slots=True)
+class DiffReport:
+    old_pack: str
+    new_pack: str
+    bundles: int = 0
+    unreadable: int = 0
+    changes: list[Change] = field(default_factory=list)
+    shadow_hits: Counter[str] = field(default_factory=Counter)
+
+    def transitions(self) -> Counter[tuple[str, str]]:
+        return Counter((c.old_class, c.new_class) for c in self.changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "old_pack": self.old_pack, "new_pack": self.new_pack, "bundles": self.bundles,
+            "unreadable": self.unreadable, "changed": len(self.changes),
+            "transitions": [{"from": a, "to": b, "count": n} for (a, b), n in sorted(self.transitions().items())],
+            "changes": [{"bundle": c.bundle, "fields": c.fields(), "old": {"class": c.old_class,
+                         "rule": c.old_rule, "dedup_hash": c.old_hash}, "new": {"class": c.new_class,
+                         "rule": c.new_rule, "dedup_hash": c.new_hash}} for c in self.changes],
+            "shadow_matches": dict(sorted(self.shadow_hits.items())),
+        }
+
+    def markdown(self, limit: int = 50) -> str:
+        lines = [f"### Rule pack diff: `{self.old_pack}` → `{self.new_pack}`", "",
+                 f"{self.bundles} bundles, **{len(self.changes)} changed**"
+                 + (f", {self.unreadable} unreadable" if self.unreadable else ""), ""]
+        if self.changes:
+            lines += ["| from | to | bundles |", "|---|---|---:|"]
+            lines += [f"| `{a}` | `{b}` | {n} |" for (a, b), n in sorted(self.transitions().items())]
+            lines += ["", "| bundle | class | rule | dedup hash |", "|---|---|---|---|"]
+            for c in self.changes[:limit]:
+                lines.append(f"| `{_md(c.bundle)}` | {_arrow(c.old_class, c.new_class)} | "
+                             f"{_arrow(c.old_rule, c.new_rule)} | {_arrow(c.old_hash, c.new_hash)} |")
+            if len(self.changes) > limit:
+                lines.append(f"| … {len(self.changes) - limit} more | | | |")
+        if self.shadow_hits:
+            lines += ["", "Shadow rules (evaluated, never deciding):", ""]
+            lines += [f"- `{rule}` would match {n} bundle(s)" for rule, n in sorted(self.shadow_hits.items())]
+        return "\n".join(lines) + "\n"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("`", "'")
+
+
+def _arrow(old: Any, new: Any) -> str:
+    return f"`{_md(str(old))}`" if old == new else f"`{_md(str(old))}` → `{_md(str(new))}`"
+
+
+def diff_packs(paths: Iterable[Path], old: Engine, new: Engine) -> DiffReport:
+    """Every bundle whose class, matched rule or dedup hash differs between two packs."""
+    report = DiffReport(old.pack.name, new.pack.name)
+    for outcome in classify_paths(paths, new):
+        report.bundles += 1
+        if outcome.bundle is None or outcome.verdict is None:
+            report.unreadable += 1
+            continue
+        after = outcome.verdict
+        before = old.classify(outcome.bundle)
+        for rule in after.shadow_matches:
+            report.shadow_hits[rule] += 1
+        old_hash = dedup_key(outcome.bundle, before.failure_class.value).digest()
+        new_hash = dedup_key(outcome.bundle, after.failure_class.value).digest()
+        change = Change(str(outcome.path), before.failure_class.value, after.failure_class.value,
+                        before.matched_rule, after.matched_rule, old_hash, new_hash)
+        if change.fields():
+            report.changes.append(change)
+    return report
+
+
+# -- lint -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Lint:
+    level: str  # "error" or "warning"
+    message: str
+
+
+def _example_bundle(example: Any) -> Bundle:
+    return make_bundle(example)
+
+
+def lint_pack(engine: Engine) -> list[Lint]:
+    """Problems a pack loads fine with but a maintainer wants to hear about.
+
+    - a rule that can never win: for every one of its ``match`` examples an
+      earlier matcher (Tier-1, the exact table or an earlier rule) decides;
+    - a rule without ``no_match`` examples;
+    - a file that contributes nothing (no rules, no exact entries, or only
+      rules that can never win).
+    """
+    pack: RulePack = engine.pack
+    out: list[Lint] = []
+    dead: set[str] = set()
+    for rule in pack.active_rules:
+        winners = []
+        for example in rule.match_examples:
+            verdict = engine.classify(_example_bundle(example))
+            winners.append(verdict.matched_rule)
+        if rule.match_examples and all(w != rule.id for w in winners):
+            dead.add(rule.id)
+            by = sorted({str(w) for w in winners})
+            out.append(Lint("warning", f"{rule.source} {rule.id}: shadowed, can never win: every match example "
+                                       f"is decided earlier by {', '.join(by)}"))
+        if not rule.no_match_examples:
+            out.append(Lint("warning", f"{rule.source} {rule.id}: no no_match examples; add a near miss"))
+    by_file: dict[str, list[str]] = {}
+    for rule in pack.rules:
+        by_file.setdefault(rule.source.path, []).append(rule.id)
+    for label, text in pack.sources.items():
+        name = label.rsplit("/", 1)[-1]
+        if name == "pack.yml" or name == EXACT_FILE:
+            continue
+        ids = by_file.get(label, [])
+        has_exact = re.search(r"(?m)^exact:\s*$", text) is not None
+        if not ids and not has_exact:
+            out.append(Lint("warning", f"{label}: contributes nothing (no rules, no exact entries)"))
+        elif ids and all(i in dead for i in ids) and not has_exact:
+            out.append(Lint("warning", f"{label}: contributes nothing: all of its rules are shadowed"))
+    return out

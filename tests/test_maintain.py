@@ -1,0 +1,155 @@
+"""Maintainer workflow: learn, diff, shadow mode, lint."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pluggy
+import pytest
+from click.testing import CliRunner
+
+from loop_core import Engine, LoopError
+from loop_core.cli import cli
+from loop_core.engine import condition_kinds
+from loop_core.maintain import learn
+from loop_core.testing import make_bundle, write_bundle
+
+ROOT = Path(__file__).resolve().parent.parent
+NOVEL = "RuntimeError: the frobnicator refused to initialise"
+
+
+@pytest.fixture
+def pack(tmp_path: Path) -> Path:
+    target = tmp_path / "rules.d"
+    shutil.copytree(ROOT / "rules.d", target)
+    return target
+
+
+def invoke(*args: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_learn_from_a_bundle_makes_the_next_identical_bundle_an_exact_hit(
+        pack: Path, tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    bundle_path = write_bundle(tmp_path / "b", make_bundle(NOVEL))
+    assert Engine.build(pack, pm).classify(make_bundle(NOVEL)).failure_class.value == "unknown"
+    before = {p.name: p.read_text() for p in pack.glob("*.yml")}
+    result = invoke("learn", str(bundle_path), "--as", "kernel-unsupported", "--rules", str(pack))
+    assert result.exit_code == 0, result.output
+    assert "learned: " in result.output
+    verdict = Engine.build(pack, pm).classify(make_bundle(NOVEL))
+    assert (verdict.failure_class.value, verdict.tier.value) == ("kernel-unsupported", "tier2")
+    assert verdict.matched_rule == verdict.fingerprint  # the exact table decided
+    # Only exact.yml changed; its key is quoted text.
+    after = {p.name: p.read_text() for p in pack.glob("*.yml")}
+    assert {k: v for k, v in after.items() if k != "exact.yml"} == before
+    assert f"  '{verdict.fingerprint}': kernel-unsupported" in after["exact.yml"]
+    again = invoke("learn", str(bundle_path), "--as", "kernel-unsupported", "--rules", str(pack))
+    assert "already known" in again.output
+
+
+def test_learn_keeps_existing_exact_entries_and_comments(pack: Path, pm: pluggy.PluginManager) -> None:
+    (pack / "exact.yml").write_text("# hand-kept\nexact:\n  '0123456789ab': unknown  # decided in review\n")
+    assert learn(pack, "abcdefabcdef", "genuine-oom", condition_kinds(pm))
+    text = (pack / "exact.yml").read_text()
+    assert text.startswith("# hand-kept\nexact:\n  '0123456789ab': unknown  # decided in review\n")
+    assert dict(Engine.build(pack, pm).pack.exact) == {"0123456789ab": "unknown", "abcdefabcdef": "genuine-oom"}
+
+
+def test_learn_refuses_classes_outside_the_six_and_conflicts(pack: Path, pm: pluggy.PluginManager) -> None:
+    with pytest.raises(LoopError, match="not one of the six classes"):
+        learn(pack, "abcdefabcdef", "kv-calc-bug", condition_kinds(pm))
+    learn(pack, "abcdefabcdef", "genuine-oom", condition_kinds(pm))
+    with pytest.raises(LoopError, match="already learned as 'genuine-oom'"):
+        learn(pack, "abcdefabcdef", "unknown", condition_kinds(pm))
+    result = invoke("learn", "--review", "x", "--captures", str(pack), "--as", "bogus-class")
+    assert result.exit_code == 2
+
+
+def test_learn_from_the_review_queue(pack: Path, tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    captures = tmp_path / "captures"
+    write_bundle(captures / "m" / "20260801T000000Z", make_bundle(NOVEL))
+    result = invoke("run", str(captures), "--rules", str(pack), "--format", "json")
+    assert json.loads(result.output)["review_queued"] == 1
+    (entry,) = json.loads(invoke("review", "list", str(captures), "--format", "json").output)
+    result = invoke("learn", "--review", entry["dedup_hash"], "--captures", str(captures),
+                    "--as", "overlay-arch-drift", "--rules", str(pack))
+    assert result.exit_code == 0, result.output
+    assert "removed from the review queue" in result.output
+    assert json.loads(invoke("review", "list", str(captures), "--format", "json").output) == []
+    assert Engine.build(pack, pm).classify(make_bundle(NOVEL)).failure_class.value == "overlay-arch-drift"
+
+
+SHADOW_RULE = """\
+- id: trial-frobnicator
+  class: overlay-arch-drift
+  mode: shadow
+  description: trial rule
+  when: {select: $.signal.all_text, contains: frobnicator}
+  examples: {match: [frobnicator], no_match: [other]}
+"""
+
+
+def test_shadow_rules_never_decide_but_are_reported(pack: Path, tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    (pack / "05-trial.yml").write_text(SHADOW_RULE)
+    verdict = Engine.build(pack, pm).classify(make_bundle(NOVEL))
+    assert verdict.failure_class.value == "unknown"
+    assert verdict.shadow_matches == ("trial-frobnicator",)
+    path = write_bundle(tmp_path / "b", make_bundle(NOVEL))
+    out = invoke("explain", "--rules", str(pack), str(path)).output
+    assert "+ trial-frobnicator -> overlay-arch-drift (" in out
+    assert "rules.d/05-trial.yml[0]) [shadow: never decides]" in out
+    assert "verdict: unknown" in out
+    report = json.loads(invoke("diff", "--rules", str(pack), "--format", "json", str(path)).output)
+    assert report["shadow_matches"] == {"trial-frobnicator": 1} and report["changed"] == 0
+
+
+def test_diff_lists_changes_with_transitions(pack: Path, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    write_bundle(corpus / "a" / "1", make_bundle(NOVEL))
+    write_bundle(corpus / "b" / "1", make_bundle("RuntimeError: CUDA error: no kernel image is available"))
+    (pack / "45-frob.yml").write_text(SHADOW_RULE.replace("  mode: shadow\n", "").replace("trial-", "new-"))
+    result = invoke("diff", "--rules", str(pack), "--against", "default", "--format", "json", str(corpus))
+    report = json.loads(result.output)
+    assert report["bundles"] == 2 and report["changed"] == 1
+    assert report["transitions"] == [{"from": "unknown", "to": "overlay-arch-drift", "count": 1}]
+    (change,) = report["changes"]
+    assert change["fields"] == ["class", "rule", "dedup_hash"]
+    assert change["new"]["rule"] == "new-frobnicator"
+    md = invoke("diff", "--rules", str(pack), "--format", "markdown", str(corpus)).output
+    assert "| `unknown` | `overlay-arch-drift` | 1 |" in md
+    assert invoke("diff", "--rules", str(pack), "--fail-on-change", str(corpus)).exit_code == 1
+    assert invoke("diff", "--rules", "default", "--fail-on-change", str(corpus)).exit_code == 0
+
+
+def test_lint_finds_shadowed_rules_and_idle_files(tmp_path: Path) -> None:
+    pack = tmp_path / "p"
+    pack.mkdir()
+    (pack / "10-broad.yml").write_text(
+        "- id: broad\n  class: unknown\n  description: d\n  when: {select: $.signal.all_text, contains: Error}\n"
+        "  examples: {match: [KeyError], no_match: [fine]}\n")
+    (pack / "20-narrow.yml").write_text(
+        "- id: narrow\n  class: quant-unsupported\n  description: d\n"
+        "  when: {select: $.signal.all_text, contains: QuantError}\n  examples: {match: [QuantError]}\n")
+    (pack / "30-empty.yml").write_text("rules: []\n")
+    result = invoke("check", "--rules", str(pack))
+    assert result.exit_code == 0  # warnings only
+    out = result.output
+    assert "p/20-narrow.yml[0] narrow: shadowed, can never win: every match example is decided earlier by broad" in out
+    assert "narrow: no no_match examples" in out
+    assert "p/30-empty.yml: contributes nothing (no rules, no exact entries)" in out
+    assert "p/20-narrow.yml: contributes nothing: all of its rules are shadowed" in out
+    assert invoke("check", "--strict", "--rules", str(pack)).exit_code == 1
+
+
+def test_rules_version_is_stamped_into_verdicts_and_issue_bodies(pack: Path, pm: pluggy.PluginManager) -> None:
+    from loop_core.dedup import draft_issue
+
+    engine = Engine.build(pack, pm)
+    verdict = engine.classify(make_bundle("RuntimeError: CUDA error: no kernel image is available"))
+    assert verdict.rules_version == engine.pack.version and len(verdict.rules_version) == 12
+    assert f"rules_version `{verdict.rules_version}`" in draft_issue(make_bundle("x"), verdict).body
+    (pack / "99-more.yml").write_text(SHADOW_RULE)
+    assert Engine.build(pack, pm).pack.version != engine.pack.version
