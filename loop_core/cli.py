@@ -508,6 +508,34 @@ def diff(corpus: tuple[Path, ...], new_rules: str, old_rules: str, fmt: str, fai
         sys.exit(1)
 
 
+@cli.command()
+@click.argument("captures", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=Path("report.html"),
+              show_default=True, help="Where to write the HTML page.")
+@rules_option
+@click.option("--catalog", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Curated-model catalog for the trust funnel.")
+@_guard
+def report(captures: Path, out: Path, rules: str, catalog: Path | None) -> None:
+    """Write a self-contained HTML triage report of CAPTURES.
+
+    Counts by class, the top dedup groups, the OOM measured-vs-predicted delta,
+    the review queue and the trust funnel, drawn as inline SVG: one file, no
+    network assets, nothing filed.
+
+    \b
+    Example:
+        loop-rules report examples/pull-captures --out triage.html
+    """
+    from .catalog import load_catalog
+    from .report import collect_triage, render_html
+
+    data = collect_triage(captures, _engine(rules), load_catalog(catalog))
+    out.write_text(render_html(data), encoding="utf-8")
+    click.echo(f"wrote {out} ({data.bundles} bundles, {sum(data.by_class.values())} failures, "
+               f"{len(data.groups)} dedup groups)")
+
+
 def _tracker(name: str, captures: Path, repo: str | None) -> Any:
     from .plugins import collect, make_plugin_manager
     from .trackers import TrackerOptions

@@ -1,0 +1,95 @@
+"""The HTML triage report: self-contained, escaped, and not blank when a browser renders it."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from loop_core.cli import cli
+from loop_core.testing import make_bundle, write_bundle
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def captures(tmp_path: Path) -> Path:
+    target = tmp_path / "pull-captures"
+    shutil.copytree(ROOT / "examples" / "pull-captures", target,
+                    ignore=shutil.ignore_patterns("_*"))
+    return target
+
+
+def make_report(captures: Path, out: Path) -> str:
+    result = CliRunner().invoke(cli, ["report", str(captures), "--out", str(out),
+                                      "--catalog", str(ROOT / "examples" / "catalog.yml")])
+    assert result.exit_code == 0, result.output
+    return out.read_text()
+
+
+def test_report_has_every_section_and_no_network_assets(captures: Path, tmp_path: Path) -> None:
+    page = make_report(captures, tmp_path / "r.html")
+    for heading in ("Failures by class", "Trust funnel", "Top dedup groups", "OOM: measured vs predicted",
+                    "Review queue", "Unreadable bundles"):
+        assert f"<h2>{heading}</h2>" in page
+    assert "<script" not in page and "<link" not in page and " src=" not in page
+    urls = set(re.findall(r"https?://[^\"' )]+", page))
+    assert urls <= {"http://www.w3.org/2000/svg"}  # the SVG namespace, never fetched
+    assert page.count("<svg") == 3
+    # the two identical OOM captures form one dedup group of two bundles
+    assert re.search(r'<td class="num">2</td><td><span class="pill"[^>]*>genuine-oom</span>', page)
+    # the funnel reaches tier1 for the curated anchors with consensus
+    assert ">tier1</text>" in page
+
+
+def test_report_escapes_bundle_text(tmp_path: Path) -> None:
+    captures = tmp_path / "c"
+    hostile = "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    write_bundle(captures / "m" / "1", make_bundle({"manifest": {"model": hostile},
+                                                     "pt3": {"failure_log_excerpt": "ImportError: cannot import name 'x'"}}))
+    page = make_report(captures, tmp_path / "r.html")
+    assert "<script>" not in page and "<img" not in page
+    assert "&lt;script&gt;" in page
+
+
+def _png_pixels(path: Path) -> tuple[int, int, bytes]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width, height = 8, b"", 0, 0
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        kind = data[pos + 4:pos + 8]
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height = struct.unpack(">II", body[:8])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    return width, height, zlib.decompress(idat)
+
+
+@pytest.mark.slow
+def test_report_renders_in_headless_chromium(captures: Path, tmp_path: Path) -> None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("Debian's chromium is not installed")
+    page = tmp_path / "r.html"
+    make_report(captures, page)
+    shot = tmp_path / "r.png"
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                    f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars", "--window-size=1200,1400",
+                    f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120, check=False)
+    assert shot.exists(), "chromium wrote no screenshot"
+    width, height, raw = _png_pixels(shot)
+    assert (width, height) == (1200, 1400)
+    # Not blank: many distinct byte values and a good share of non-background pixels.
+    assert len(set(raw)) > 50
+    background = raw.count(raw[1])
+    assert background < 0.97 * len(raw)
