@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from loop_core import (
     hookimpl,
 )
 from loop_core.selftest import run_examples
-from loop_core.testing import make_bundle
+from loop_core.testing import make_bundle, write_bundle
 
 Register = Callable[[object, str], object]
 
@@ -78,7 +79,8 @@ def test_hook_loop_register_rule_packs(pm: pluggy.PluginManager, register_plugin
     engine = Engine.build("acme", pm)
 
     assert engine.pack.root == tmp_path
-    assert [(r.id, str(r.source)) for r in engine.pack.rules] == [("nccl-init", "acme/10-nccl.yml[0]")]
+    assert [(r.id, str(r.source)) for r in engine.pack.rules] == [
+        ("nccl-init", "acme/10-nccl.yml[0]")]
     verdict = engine.classify(make_bundle("RuntimeError: NCCL error in: init.cpp:42"))
     assert (verdict.failure_class, verdict.tier, verdict.matched_rule) == (
         FailureClass.UNKNOWN, Tier.TIER2, "nccl-init")
@@ -144,14 +146,17 @@ def test_hook_loop_register_conditions(pm: pluggy.PluginManager, register_plugin
     assert all(case.ok for case in run_examples(engine))
     verdict = engine.classify(make_bundle({"manifest": {"quant_label": "GPTQ"},
                                            "pt3": {"failure": "unsupported dtype bfloat16"}}))
-    assert (verdict.failure_class, verdict.matched_rule) == (FailureClass.QUANT_UNSUPPORTED, "awq-dtype")
+    assert (verdict.failure_class, verdict.matched_rule) == (
+        FailureClass.QUANT_UNSUPPORTED, "awq-dtype")
 
 
 def test_hook_loop_register_conditions_compile_error_names_the_rule(
         pm: pluggy.PluginManager, register_plugin: Register, tmp_path: Path) -> None:
     register_plugin(QuantPlugin(), "acme-conditions")
-    (tmp_path / "10-quant.yml").write_text(QUANT_RULE.replace("[AWQ, GPTQ]", "{awq: 1}"), encoding="utf-8")
-    with pytest.raises(RuleError, match=r"10-quant\.yml\[0\] awq-dtype: when\[0\]\.quant_label_in: needs"):
+    broken = QUANT_RULE.replace("[AWQ, GPTQ]", "{awq: 1}")
+    (tmp_path / "10-quant.yml").write_text(broken, encoding="utf-8")
+    where = r"10-quant\.yml\[0\] awq-dtype: when\[0\]\.quant_label_in: needs"
+    with pytest.raises(RuleError, match=where):
         Engine.build(tmp_path, pm)
 
 
@@ -164,14 +169,18 @@ def test_hook_loop_register_conditions_rejects_duplicates_and_reserved_names(
 
     pm.unregister(name="acme-conditions")
     register_plugin(QuantPlugin("select"), "acme-reserved")
-    with pytest.raises(PluginError, match=r"plugin 'acme-reserved': condition kind name 'select' is reserved"):
+    reserved = r"plugin 'acme-reserved': condition kind name 'select' is reserved"
+    with pytest.raises(PluginError, match=reserved):
         Engine.build("reference", pm)
 
 
 # -- loop_register_matchers --------------------------------------------------
 
 
-def _decide_on(word: str, failure_class: str, rule_id: str, **extra: Any) -> Callable[[MatchContext], Match | None]:
+MatchFn = Callable[[MatchContext], Match | None]
+
+
+def _decide_on(word: str, failure_class: str, rule_id: str, **extra: Any) -> MatchFn:
     def match(ctx: MatchContext) -> Match | None:
         if word in ctx.view.signal("error_text_lower"):
             return Match(failure_class, rule_id, **extra)
@@ -192,16 +201,18 @@ class MatcherPlugin:
 def test_hook_loop_register_matchers(pm: pluggy.PluginManager, register_plugin: Register) -> None:
     # Registered deliberately out of order: the chain sorts by tier, order, name.
     register_plugin(MatcherPlugin(
-        Matcher("acme-nvlink", Tier.TIER2, 150, _decide_on("nvlink", "kernel-unsupported", "acme-nvlink")),
+        Matcher("acme-nvlink", Tier.TIER2, 150,
+                _decide_on("nvlink", "kernel-unsupported", "acme-nvlink")),
         Matcher("acme-late-t1", Tier.TIER1, 100, _decide_on("never-present", "unknown", "x")),
-        Matcher("acme-first-t1", Tier.TIER1, 50, _decide_on("segfault", "overlay-arch-drift", "acme-segv")),
+        Matcher("acme-first-t1", Tier.TIER1, 50,
+                _decide_on("segfault", "overlay-arch-drift", "acme-segv")),
     ), "acme-matchers")
 
     engine = Engine.build("reference", pm)
 
     assert [m.name for m in engine.matchers] == [
-        "acme-first-t1", "acme-late-t1", "tier1-oom-fastpath",   # Tier-1; a tie on order goes by name
-        "tier2-exact", "acme-nvlink", "tier2-rules",           # Tier-2 by order 100, 150, 200
+        "acme-first-t1", "acme-late-t1", "tier1-oom-fastpath",  # Tier-1; order ties go by name
+        "tier2-exact", "acme-nvlink", "tier2-rules",          # Tier-2 by order 100, 150, 200
     ]
 
     # The Tier-1 OOM fast path runs before any Tier-2 matcher.
@@ -223,7 +234,8 @@ def test_hook_loop_register_matchers_tier2_cannot_route_kv_calc(
         pm: pluggy.PluginManager, register_plugin: Register) -> None:
     register_plugin(MatcherPlugin(
         Matcher("acme-odd", Tier.TIER2, 150,
-                _decide_on("nvlink", "not-a-class", "acme-odd", route_as_kv_calc_bug=True, delta_mib=5)),
+                _decide_on("nvlink", "not-a-class", "acme-odd",
+                           route_as_kv_calc_bug=True, delta_mib=5)),
     ), "acme-matchers")
     verdict = Engine.build("reference", pm).classify(make_bundle("nvlink down"))
     assert verdict.failure_class is FailureClass.UNKNOWN  # outside the six: coerced
@@ -233,7 +245,8 @@ def test_hook_loop_register_matchers_tier2_cannot_route_kv_calc(
 
 def test_hook_loop_register_matchers_duplicate_names_both_plugins(
         pm: pluggy.PluginManager, register_plugin: Register) -> None:
-    register_plugin(MatcherPlugin(Matcher("tier2-rules", Tier.TIER2, 10, lambda ctx: None)), "acme-matchers")
+    clash = Matcher("tier2-rules", Tier.TIER2, 10, lambda ctx: None)
+    register_plugin(MatcherPlugin(clash), "acme-matchers")
     with pytest.raises(PluginError, match=r"matcher 'tier2-rules' registered twice") as err:
         Engine.build("reference", pm)
     assert "'loop_rules.tier2'" in str(err.value) and "'acme-matchers'" in str(err.value)
@@ -251,3 +264,57 @@ def test_hook_loop_register_matchers_rejects_non_matchers(
     register_plugin(Bogus(), "acme-bogus")
     with pytest.raises(PluginError, match=r"plugin 'acme-bogus': matcher 'bogus' is not a Matcher"):
         Engine.build("reference", pm)
+
+
+# -- loop_evaluate_trust -----------------------------------------------------
+
+
+class EngineAllowList:
+    """Anchors from engine images outside an allow list stop at candidate."""
+
+    def __init__(self, allowed: tuple[str, ...]) -> None:
+        self.allowed = allowed
+        self.calls = 0
+
+    @hookimpl
+    def loop_evaluate_trust(self, bundle: Any, catalog: Any, priors: Any, maintainer_promoted: bool,
+                            consensus_n: int) -> Any:
+        from loop_core.trust import Stage, evaluate_trust
+
+        self.calls += 1
+        if str(bundle.engine_version).startswith(self.allowed):
+            return None  # defer: the built-in pipeline decides
+        result = evaluate_trust(bundle, catalog=catalog, priors=priors,
+                                maintainer_promoted=maintainer_promoted, consensus_n=consensus_n)
+        if result.at_least(Stage.VALIDATED):
+            return dataclasses.replace(result, stage=Stage.CANDIDATE, reason="engine-not-allowed",
+                                       calibration_row=None)
+        return result
+
+
+def _anchor(engine_pin: str) -> dict[str, Any]:
+    return {"manifest": {"engine_pin": engine_pin, "outcome": "ok"},
+            "pt3": {"ok": True, "failure": None},
+            "pt4": {"results": {"plain-chat": "green"}}}
+
+
+def test_hook_loop_evaluate_trust(pm: pluggy.PluginManager, register_plugin: Register,
+                                  tmp_path: Path) -> None:
+    from loop_core.batch import trust_rows
+
+    write_bundle(tmp_path / "a-allowed", make_bundle(_anchor("vllm/vllm-openai:v0.21.0")))
+    write_bundle(tmp_path / "b-other", make_bundle(_anchor("acme/fork:dev")))
+    write_bundle(tmp_path / "c-gate", make_bundle({"manifest": {"schema": 2}}))
+    gate = register_plugin(EngineAllowList(("vllm/",)), "acme-trust")
+
+    rows = {Path(r["bundle"]).name: r for r in trust_rows([tmp_path], promote=True, pm=pm)}
+
+    # The plugin deferred: the built-in (trylast) pipeline decided.
+    assert (rows["a-allowed"]["stage"], rows["a-allowed"]["reason"]) == (
+        "validated", "derived-tier1-deferred-v0.8.1")
+    # The plugin's non-None result wins over the built-in.
+    assert (rows["b-other"]["stage"], rows["b-other"]["reason"]) == (
+        "candidate", "engine-not-allowed")
+    # Gate-only bundles are never offered to the hook.
+    assert rows["c-gate"]["stage"] is None
+    assert isinstance(gate, EngineAllowList) and gate.calls == 2

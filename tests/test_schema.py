@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from importlib import resources
 from pathlib import Path
@@ -13,7 +14,14 @@ import pytest
 from loop_core import RuleError, load_rules, make_plugin_manager
 from loop_core.conditions import OPERATORS
 from loop_core.engine import condition_kinds
-from loop_core.rules import EXAMPLE_FILES, PACK_FILE, load_yaml_text
+from loop_core.rules import (
+    EXAMPLE_FILES,
+    MODES,
+    OPTIONAL_RULE_KEYS,
+    PACK_FILE,
+    RULE_KEYS,
+    load_yaml_text,
+)
 from loop_core.verdict import FailureClass
 from loop_rules.conditions import PREDICATES
 
@@ -77,6 +85,9 @@ def test_schema_lists_what_the_loader_knows() -> None:
     assert select_ops == set(OPERATORS)
     example_files = defs["example"]["oneOf"][1]["properties"]
     assert set(example_files) == EXAMPLE_FILES
+    assert set(defs["rule"]["properties"]) == RULE_KEYS | OPTIONAL_RULE_KEYS
+    assert set(defs["rule"]["required"]) == RULE_KEYS
+    assert defs["rule"]["properties"]["mode"]["enum"] == list(MODES)
 
 
 _GOOD = """\
@@ -88,41 +99,49 @@ _GOOD = """\
     match: ["RuntimeError: this kernel needs sm90"]
 """
 
+_WHEN = "{select: $.signal.error_text, contains: needs sm90}"
+_MATCH = 'match: ["RuntimeError: this kernel needs sm90"]'
+
+
+def _when(condition: str) -> str:
+    return _GOOD.replace(_WHEN, condition)
+
+
+def _op(operator: str) -> str:
+    return _GOOD.replace("contains: needs sm90", operator)
+
+
+def _match(examples: str) -> str:
+    return _GOOD.replace(_MATCH, examples)
+
+
+_HTTP_404 = "{structural: results_detail_http_404}"
+
 # (name, file text) pairs the loader rejects; the schema must reject them too.
 BROKEN = [
-    ("missing-id", """\
-- class: unknown
-  description: no id
-  when: {select: $.pt3.failure, exists: true}
-  examples: {match: [x]}
-"""),
+    ("missing-id", _GOOD.replace("- id: good\n  class", "- class")),
     ("bad-id", _GOOD.replace("id: good", "id: -starts-with-dash")),
     ("unknown-class", _GOOD.replace("class: kernel-unsupported", "class: oom")),
-    ("empty-description", _GOOD.replace("description: A rule the loader and the schema both accept.",
-                                        "description: '  '")),
+    ("empty-description", re.sub(r"description: .*", "description: '  '", _GOOD)),
     ("unknown-rule-key", _GOOD + "  severity: high\n"),
-    ("two-operators", _GOOD.replace("contains: needs sm90", "contains: needs sm90, regex: sm90")),
-    ("no-operator", _GOOD.replace(", contains: needs sm90", "")),
-    ("operator-without-select", _GOOD.replace("{select: $.signal.error_text, contains: needs sm90}",
-                                              "{contains: needs sm90}")),
+    ("unknown-mode", _GOOD + "  mode: dry-run\n"),
+    ("two-operators", _op("contains: needs sm90, regex: sm90")),
+    ("no-operator", _when("{select: $.signal.error_text}")),
+    ("operator-without-select", _when("{contains: needs sm90}")),
     ("selector-without-dollar", _GOOD.replace("$.signal.error_text", "signal.error_text")),
-    ("ignore-case-not-bool", _GOOD.replace("contains: needs sm90", "contains: needs sm90, ignore_case: 1")),
-    ("contains-bad-mode", _GOOD.replace("contains: needs sm90", "contains: {some: [needs sm90]}")),
-    ("contains-empty-list", _GOOD.replace("contains: needs sm90", "contains: []")),
-    ("in-not-a-list", _GOOD.replace("contains: needs sm90", "in: needs sm90")),
-    ("equals-a-list", _GOOD.replace("contains: needs sm90", "equals: [a, b]")),
-    ("exists-not-bool", _GOOD.replace("contains: needs sm90", "exists: maybe")),
-    ("empty-all", _GOOD.replace("{select: $.signal.error_text, contains: needs sm90}", "{all: []}")),
-    ("empty-when-list", _GOOD.replace("{select: $.signal.error_text, contains: needs sm90}", "[]")),
-    ("two-combinators", _GOOD.replace("{select: $.signal.error_text, contains: needs sm90}",
-                                      "{any: [{structural: results_detail_http_404}], not: {structural: results_detail_http_404}}")),
-    ("unknown-predicate", _GOOD.replace("{select: $.signal.error_text, contains: needs sm90}",
-                                        "{structural: pt3_is_sad}")),
-    ("no-match-examples", _GOOD.replace('match: ["RuntimeError: this kernel needs sm90"]', "match: []")),
-    ("example-unknown-file", _GOOD.replace('match: ["RuntimeError: this kernel needs sm90"]',
-                                           "match: [{pt6: {failure: x}}]")),
-    ("examples-unknown-key", _GOOD.replace('match: ["RuntimeError: this kernel needs sm90"]',
-                                           'match: ["needs sm90"]\n    maybe: []')),
+    ("ignore-case-not-bool", _op("contains: needs sm90, ignore_case: 1")),
+    ("contains-bad-mode", _op("contains: {some: [needs sm90]}")),
+    ("contains-empty-list", _op("contains: []")),
+    ("in-not-a-list", _op("in: needs sm90")),
+    ("equals-a-list", _op("equals: [a, b]")),
+    ("exists-not-bool", _op("exists: maybe")),
+    ("empty-all", _when("{all: []}")),
+    ("empty-when-list", _when("[]")),
+    ("two-combinators", _when(f"{{any: [{_HTTP_404}], not: {_HTTP_404}}}")),
+    ("unknown-predicate", _when("{structural: pt3_is_sad}")),
+    ("no-match-examples", _match("match: []")),
+    ("example-unknown-file", _match("match: [{pt6: {failure: x}}]")),
+    ("examples-unknown-key", _match('match: ["needs sm90"]\n    maybe: []')),
     ("unknown-top-level-key", "rulez:\n" + _GOOD),
     ("exact-bad-fingerprint", 'exact:\n  "0123456789AB": unknown\n'),
     ("exact-short-fingerprint", 'exact:\n  "0123abc": unknown\n'),
@@ -150,8 +169,8 @@ def test_broken_file_rejected_by_schema_and_loader(name: str, text: str, tmp_pat
 
 
 def test_schema_accepts_plugin_condition_kinds() -> None:
-    doc = load_yaml_text(_GOOD.replace("{select: $.signal.error_text, contains: needs sm90}",
-                                       "{any: [{nvlink_degraded: {min_links: 2}}, {not: {gate_abort_reason: disk-short}}]}"))
+    doc = load_yaml_text(_when("{any: [{nvlink_degraded: {min_links: 2}},"
+                               " {not: {gate_abort_reason: disk-short}}]}"))
     assert _errors(RULES_SCHEMA, doc) == []
 
 
@@ -162,7 +181,7 @@ def test_schema_accepts_plugin_condition_kinds() -> None:
     {"tier1_oom": {"signature": "cuda out of memory"}},
     {"tier1_oom": {"veto": ["oom-killer"]}},
     {"priority": 1},
-], ids=["timeout-zero", "timeout-too-long", "bad-surface", "signature-not-list", "unknown-tier1-key",
-        "unknown-key"])
+], ids=["timeout-zero", "timeout-too-long", "bad-surface", "signature-not-list",
+        "unknown-tier1-key", "unknown-key"])
 def test_broken_pack_settings_rejected(doc: dict[str, Any]) -> None:
     assert _errors(PACK_SCHEMA, doc)

@@ -1,0 +1,265 @@
+"""Keep the docs honest: examples run, every hook and command is documented and tested."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import re
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import pluggy
+import pytest
+from click.testing import CliRunner
+
+import loop_core
+from loop_core import Engine, hookspecs
+from loop_core.batch import classify_paths, verdict_row
+from loop_core.cli import cli
+from loop_core.conditions import OPERATORS
+from loop_core.plugins import plugin_report
+from loop_core.rules import PACK_FILE, load_yaml_text
+from loop_core.selftest import probe_regexes, run_examples
+from loop_core.testing import make_bundle, write_bundle
+from loop_core.view import SIGNALS
+
+try:
+    import jsonschema
+except ImportError:  # optional: the schema part of a check is skipped without it
+    jsonschema = None
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+RULES_MD = DOCS / "rules.md"
+PLUGINS_MD = DOCS / "plugins.md"
+CLI_MD = DOCS / "cli.md"
+
+HOOKSPECS = sorted(
+    (name, fn) for name, fn in vars(hookspecs).items()
+    if name.startswith("loop_") and inspect.isfunction(fn)
+)
+
+# <!-- rule-file -->, <!-- rule-file: 20-x.yml -->, <!-- rule-file: 20-x.yml with=my_plugin -->
+# directly before a ```yaml block marks a complete rule file (or pack.yml).
+_RULE_FILE = re.compile(
+    r"<!--\s*rule-file(?::\s*(?P<name>[\w.-]+\.ya?ml))?(?:\s+with=(?P<plugin>\w+))?\s*-->\n"
+    r"```yaml\n(?P<body>.*?)^```", re.S | re.M)
+# <!-- plugin: module_name --> directly before a ```python block marks a complete plugin module.
+_PLUGIN = re.compile(
+    r"<!--\s*plugin:\s*(?P<name>\w+)\s*-->\n```python\n(?P<body>.*?)^```", re.S | re.M)
+
+
+def _blocks(pattern: re.Pattern[str]) -> list[Any]:
+    out = []
+    for doc in sorted(DOCS.glob("*.md")):
+        text = doc.read_text(encoding="utf-8")
+        for m in pattern.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            out.append(pytest.param(m, id=f"{doc.name}:{line}"))
+    return out
+
+
+RULE_BLOCKS = _blocks(_RULE_FILE)
+PLUGIN_BLOCKS = _blocks(_PLUGIN)
+PLUGIN_SOURCES = {p.values[0]["name"]: p.values[0]["body"] for p in PLUGIN_BLOCKS}
+
+
+def _plugin_module(name: str, tmp_path: Path) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__file__ = str(tmp_path / f"{name}.py")
+    code = compile(PLUGIN_SOURCES[name], f"<docs plugin {name}>", "exec")
+    exec(code, module.__dict__)  # noqa: S102 - our own docs
+    return module
+
+
+@pytest.fixture
+def doc_plugins(pm: pluggy.PluginManager) -> Iterator[Any]:
+    """Register plugin modules from the docs on ``pm``; unregister them afterwards."""
+    names: list[str] = []
+
+    def register(module: types.ModuleType) -> types.ModuleType:
+        pm.register(module, name=module.__name__)
+        names.append(module.__name__)
+        return module
+
+    try:
+        yield register
+    finally:
+        for name in names:
+            if pm.has_plugin(name):
+                pm.unregister(name=name)
+
+
+# -- examples in the docs run ----------------------------------------------
+
+
+def test_docs_have_rule_examples() -> None:
+    assert sum(p.id.startswith("rules.md") for p in RULE_BLOCKS) >= 10
+    assert sum(p.id.startswith("plugins.md") for p in PLUGIN_BLOCKS) >= 3
+
+
+@pytest.mark.parametrize("doc", sorted(p.name for p in DOCS.glob("*.md")))
+def test_every_marker_is_followed_by_its_block(doc: str) -> None:
+    text = (DOCS / doc).read_text(encoding="utf-8")
+    assert len(_RULE_FILE.findall(text)) == text.count("<!-- rule-file")
+    assert len(_PLUGIN.findall(text)) == text.count("<!-- plugin:")
+
+
+@pytest.mark.parametrize("block", RULE_BLOCKS)
+def test_rule_file_example_loads_and_passes(block: re.Match[str], pm: pluggy.PluginManager,
+                                            doc_plugins: Any, tmp_path: Path) -> None:
+    if block["plugin"]:
+        doc_plugins(_plugin_module(block["plugin"], tmp_path))
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    name = block["name"] or "10-example.yml"
+    (pack / name).write_text(block["body"], encoding="utf-8")
+
+    engine = Engine.build(pack, pm, collect_errors=True)
+
+    failed = [f"{c.name}: expected {c.expected}, got {c.got} {c.detail}"
+              for c in run_examples(engine) if not c.ok]
+    assert failed == []
+    assert probe_regexes(engine.pack.rules) == ([], [])
+    if name != PACK_FILE:
+        assert engine.pack.rules or engine.pack.exact
+    if jsonschema is not None:
+        schema_name = "pack.schema.json" if name == PACK_FILE else "rules.schema.json"
+        schema_path = ROOT / "loop_core" / "schema" / schema_name
+        schema = json.loads(schema_path.read_text(encoding="utf-8"))
+        validator = jsonschema.Draft7Validator(schema)
+        assert [e.message for e in validator.iter_errors(load_yaml_text(block["body"]))] == []
+
+
+@pytest.mark.parametrize("block", PLUGIN_BLOCKS)
+def test_plugin_example_registers(block: re.Match[str], pm: pluggy.PluginManager,
+                                  doc_plugins: Any, tmp_path: Path) -> None:
+    module = doc_plugins(_plugin_module(block["name"], tmp_path))
+    Engine.build("reference", pm)  # every registration hook runs without a PluginError
+    hooks = {name for name in vars(module) if name.startswith("loop_")}
+    assert hooks, f"plugin example {block['name']} implements no hook"
+    report = {entry["name"]: entry["hooks"] for entry in plugin_report(pm)}
+    assert sorted(hooks) == report[block["name"]]
+
+
+def test_every_signal_is_documented() -> None:
+    text = RULES_MD.read_text(encoding="utf-8")
+    documented = set(re.findall(r"^\| `(\w+)` \|", text, re.M))
+    assert set(SIGNALS) <= documented
+
+
+def test_every_operator_is_documented() -> None:
+    text = RULES_MD.read_text(encoding="utf-8")
+    for op in OPERATORS:
+        assert f"| `{op}` |" in text, op
+
+
+def test_every_classify_field_is_documented(tmp_path: Path) -> None:
+    write_bundle(tmp_path / "ok", make_bundle("torch.cuda.OutOfMemoryError: CUDA out of memory"))
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "manifest.json").write_text("{", encoding="utf-8")
+    engine = Engine.build("reference", loop_core.make_plugin_manager(entry_points=False))
+    fields: set[str] = set()
+    for outcome in classify_paths([tmp_path], engine):
+        fields |= set(verdict_row(outcome))
+    text = CLI_MD.read_text(encoding="utf-8")
+    assert sorted(f for f in fields if f"`{f}`" not in text) == []
+
+
+# -- hooks: documented and tested -------------------------------------------
+
+
+def test_hookspecs_found() -> None:
+    assert {"loop_register_conditions", "loop_register_matchers", "loop_register_rule_packs"} <= {
+        name for name, _ in HOOKSPECS}
+
+
+@pytest.mark.parametrize("name,spec", HOOKSPECS, ids=[n for n, _ in HOOKSPECS])
+def test_every_hook_is_documented(name: str, spec: Any) -> None:
+    params = ", ".join(inspect.signature(spec).parameters)
+    heading = f"## {name}({params})"
+    lines = PLUGINS_MD.read_text(encoding="utf-8").splitlines()
+    assert heading in lines, f"docs/plugins.md needs a section headed {heading!r}"
+
+
+def _test_functions() -> set[str]:
+    names = set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.add(node.name)
+    return names
+
+
+@pytest.mark.parametrize("name", [n for n, _ in HOOKSPECS])
+def test_every_hook_has_a_test(name: str) -> None:
+    assert f"test_hook_{name}" in _test_functions()
+
+
+# -- layout rules ------------------------------------------------------------
+
+
+def _imports(tree: ast.AST) -> Iterator[str]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+
+
+def test_only_cli_imports_click() -> None:
+    offenders = []
+    for package in ("loop_core", "loop_rules"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            modules = _imports(ast.parse(path.read_text(encoding="utf-8")))
+            uses = any(m == "click" or m.startswith("click.") for m in modules)
+            if uses and rel != "loop_core/cli.py":
+                offenders.append(rel)
+    assert offenders == []
+
+
+def test_public_api_is_sorted_and_resolves() -> None:
+    names = loop_core.__all__
+    assert names == sorted(names)
+    assert len(set(names)) == len(names)
+    for name in names:
+        assert getattr(loop_core, name, None) is not None, name
+
+
+# -- CLI: every command has help and a section -------------------------------
+
+
+def test_group_help_and_version() -> None:
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--help"])
+    assert result.exit_code == 0 and "Example:" in result.output
+    result = runner.invoke(cli, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"loop-rules, version {loop_core.__version__}\n"
+
+
+def _commands(group: click.Group = cli, prefix: tuple[str, ...] = ()) -> Iterator[Any]:
+    for name, command in sorted(group.commands.items()):
+        path = (*prefix, name)
+        yield pytest.param(path, command, id=" ".join(path))
+        if isinstance(command, click.Group):
+            yield from _commands(command, path)
+
+
+@pytest.mark.parametrize("path,command", list(_commands()))
+def test_every_command_has_help_and_docs(path: tuple[str, ...], command: click.Command) -> None:
+    for flag in ("--help", "-h"):
+        result = CliRunner().invoke(cli, [*path, flag])
+        assert result.exit_code == 0, result.output
+        if not isinstance(command, click.Group):
+            assert "Example:" in result.output
+    # A command gets a `## loop-rules NAME` section; a subcommand of a group
+    # gets a `### loop-rules GROUP NAME` section under it.
+    heading = "#" * (len(path) + 1) + " loop-rules " + " ".join(path)
+    lines = CLI_MD.read_text(encoding="utf-8").splitlines()
+    assert heading in lines, f"docs/cli.md needs a section headed {heading!r}"
