@@ -27,7 +27,9 @@ from __future__ import annotations
 
 from .__version__ import __version__
 from .bundle import Bundle, ReadLimits, read_bundle
+from .catalog import Catalog, load_catalog
 from .conditions import ConditionKind, Trace
+from .dedup import IssueDraft, Occurrence
 from .engine import Engine, MatchContext, Matcher, MatcherTrace
 from .errors import BundleError, CatalogError, LoopError, PluginError, RuleError, TrackerError
 from .hookspecs import hookimpl
@@ -45,41 +47,56 @@ from .keys import (
 from .packs import PackInfo
 from .plugins import make_plugin_manager
 from .rules import Rule, RulePack, load_rules
+from .trackers import FileAction, FileResult, Tracker, TrackerOptions, TrackerSpec
+from .trust import ConsensusIndex, Stage, TrustResult, evaluate_trust
 from .verdict import Classification, FailureClass, Match, Tier
 from .view import View
 
 __all__ = [
     "Bundle",
     "BundleError",
+    "Catalog",
     "CatalogError",
     "Classification",
     "ConditionKind",
+    "ConsensusIndex",
     "ConsensusKey",
     "DedupKey",
     "Engine",
     "FailureClass",
+    "FileAction",
+    "FileResult",
+    "IssueDraft",
     "LoopError",
     "Match",
     "MatchContext",
     "Matcher",
     "MatcherTrace",
+    "Occurrence",
     "PackInfo",
     "PluginError",
     "ReadLimits",
     "Rule",
     "RuleError",
     "RulePack",
+    "Stage",
     "Tier",
     "Trace",
+    "Tracker",
     "TrackerError",
+    "TrackerOptions",
+    "TrackerSpec",
+    "TrustResult",
     "View",
     "__version__",
     "consensus_key",
     "dedup_key",
     "dedup_labels",
     "error_substring",
+    "evaluate_trust",
     "hookimpl",
     "kv_calc_version",
+    "load_catalog",
     "load_rules",
     "make_plugin_manager",
     "read_bundle",

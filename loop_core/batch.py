@@ -117,14 +117,15 @@ def verdict_row(outcome: Outcome) -> dict[str, Any]:
         "tier1_inputs": v.tier1_inputs,
         "rules_version": v.rules_version,
         "warnings": list(v.warnings),
+        "shadow_matches": list(v.shadow_matches),
     })
     return row
 
 
 def _trust_fields(result: Any) -> dict[str, Any]:
     if result is None:
-        return {"stage": None, "reason": None, "graduation_set": None, "fingerprint_ok": None,
-                "curated": None, "consensus_count": None, "consensus_reached": None, "calibration_row": None}
+        return {"stage": None, "reason": None, "graduation_set": None, "fingerprint_ok": None, "curated": None,
+                "curated_model": None, "consensus_count": None, "consensus_reached": None, "calibration_row": None}
     d = result.to_dict()
     return {k: d[k] for k in ("stage", "reason", "graduation_set", "fingerprint_ok", "curated",
                               "curated_model", "consensus_count", "consensus_reached", "calibration_row")}

@@ -144,13 +144,27 @@ class Engine:
         ctx = self.context(bundle)
         verdict = None
         for matcher in self.matchers:
-            result = matcher.match(ctx)
+            result = self._run(matcher, ctx)
             if result is not None:
                 verdict = self._verdict(ctx, matcher, result)
                 break
         if verdict is None:
             verdict = self._routed(ctx, FailureClass.UNKNOWN, Tier.NONE, None)
         return self._with_shadow(ctx, verdict)
+
+    @staticmethod
+    def _run(matcher: Matcher, ctx: MatchContext) -> Match | None:
+        """One matcher; a plugin that raises is reported and skipped, never fatal to the run."""
+        try:
+            result = matcher.match(ctx)
+        except Exception as e:  # noqa: BLE001 - third-party code must not crash a batch
+            ctx.view.warnings.append(f"matcher {matcher.name!r} raised {type(e).__name__}: {e}; skipped")
+            return None
+        if result is not None and not isinstance(result, Match):
+            ctx.view.warnings.append(f"matcher {matcher.name!r} returned {type(result).__name__}, not a Match; "
+                                     "skipped")
+            return None
+        return result
 
     def _with_shadow(self, ctx: MatchContext, verdict: Classification) -> Classification:
         shadow = self.pack.shadow_rules
@@ -165,7 +179,7 @@ class Engine:
         traces = []
         verdict: Classification | None = None
         for matcher in self.matchers:
-            result = matcher.match(ctx)
+            result = self._run(matcher, ctx)
             detail = tuple(matcher.explain(ctx)) if matcher.explain else ()
             decided = result is not None and verdict is None
             traces.append(MatcherTrace(matcher.name, matcher.tier, result is not None, detail))

@@ -56,10 +56,13 @@ def make_plugin_manager(
     """
     pm = pluggy.PluginManager("loop")
     pm.add_hookspecs(hookspecs)
-    for name in builtins:
-        pm.register(importlib.import_module(name), name=name)
-    for plugin in plugins:
-        pm.register(plugin)
+    try:
+        for name in builtins:
+            pm.register(importlib.import_module(name), name=name)
+        for plugin in plugins:
+            pm.register(plugin)
+    except pluggy.PluginValidationError as e:
+        raise PluginError(f"plugin {e.plugin!r}: {e}") from e
     if entry_points and not os.environ.get(AUTOLOAD_ENV):
         try:
             pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)

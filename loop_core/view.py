@@ -109,7 +109,7 @@ SIGNALS: dict[str, tuple[Callable[[Bundle], Any], str]] = {
     "green_caps": (lambda b: _caps_with(b, "green"), "capabilities whose smoke verdict is green, sorted"),
     "unsmoked_caps": (lambda b: _caps_with(b, "unsmoked"), "capabilities not smoked, sorted"),
     "first_red_cap": (lambda b: first_red_capability(b)[0], "the alphabetically first red capability, or null"),
-    "http_statuses": (_http_statuses, "HTTP statuses recorded for red capabilities"),
+    "http_statuses": (_http_statuses, "every numeric HTTP status recorded in pt4.results_detail"),
     "abort_reason": (lambda b: b.abort_reason, "the gate's abort token (gate-only bundles)"),
     "is_gate_only": (lambda b: b.is_gate_only, "true for schema-2 gate-only bundles"),
     "schema": (lambda b: b.schema, "the bundle schema, 1 or 2"),

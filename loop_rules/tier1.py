@@ -135,7 +135,8 @@ def predicted_total_mib(breakdown: Any) -> int | None:
         if "kv_pool_actual" in numbers:
             numbers.pop("kv_pool_requested", None)
         gb = sum(numbers.values())
-    return round(gb * 1024)
+    mib = gb * 1024
+    return round(mib) if math.isfinite(mib) else None  # huge finite parts can sum to infinity
 
 
 def route_and_delta(inputs: dict[str, Any]) -> tuple[bool, int | None]:
