@@ -15,6 +15,7 @@ from typing import Any
 
 import regex
 
+from .fastregex import GuardedRegex
 from .view import MISSING, SIGNALS, View
 
 __all__ = [
@@ -272,7 +273,8 @@ class Select(Condition):
             if not isinstance(value, str):
                 return False, ""
             try:
-                m = self.operand.search(value, timeout=self.timeout)
+                m = self.operand.search(value, timeout=self.timeout,
+                                        lowered=view.lowered(value) if value.isascii() else None)
             except TimeoutError:
                 view.warnings.append(
                     f"regex {self.operand.pattern!r} on {self.selector.text} timed out after "
@@ -285,7 +287,7 @@ class Select(Condition):
         if op == "contains":
             mode, lits = self.operand
             if isinstance(value, str):
-                hay = value.lower() if self.ignore_case else value
+                hay = view.lowered(value) if self.ignore_case else value
                 found = [lit for lit in lits if lit in hay]
             elif isinstance(value, list):
                 items = {(str(v).lower() if self.ignore_case else v) for v in value if isinstance(v, str)}
@@ -370,7 +372,7 @@ def _compile_select(raw: dict[str, Any], timeout: float, where: str) -> Select:
             raise ValueError(f"{where}.regex: must be a string, got {_short(value)}")
         flags = regex.IGNORECASE if ignore_case else 0
         try:
-            operand = regex.compile(value, flags | regex.VERSION0)
+            operand = GuardedRegex(regex.compile(value, flags | regex.VERSION0))
         except regex.error as e:
             raise ValueError(f"{where}: invalid regex {value!r}: {e}") from e
     elif op == "contains":

@@ -88,7 +88,7 @@ def probe_regexes(rules: tuple[Rule, ...]) -> tuple[list[str], list[str]]:
     warnings: list[str] = []
     for rule in rules:
         for node in _regex_nodes(rule.when):
-            pattern = node.operand
+            pattern = node.operand.compiled
             for probe in _PROBES:
                 try:
                     pattern.search(probe, timeout=node.timeout)

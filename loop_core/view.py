@@ -126,14 +126,23 @@ _MISSING = object()
 class View:
     """Lazy view document over one bundle; see :data:`SIGNALS` for the derived fields."""
 
-    __slots__ = ("bundle", "_signals", "_document", "warnings")
+    __slots__ = ("bundle", "_signals", "_document", "_lowered", "warnings")
 
     def __init__(self, bundle: Bundle) -> None:
         self.bundle = bundle
         self._signals: dict[str, Any] = {}
         self._document: dict[str, Any] | None = None
+        self._lowered: dict[int, tuple[str, str]] = {}
         # Problems met while evaluating (e.g. a regex that timed out).
         self.warnings: list[str] = []
+
+    def lowered(self, text: str) -> str:
+        """``text.lower()``, computed once per text object for all rules that need it."""
+        hit = self._lowered.get(id(text))
+        if hit is None or hit[0] is not text:
+            hit = (text, text.lower())
+            self._lowered[id(text)] = hit
+        return hit[1]
 
     def signal(self, name: str) -> Any:
         value = self._signals.get(name, _MISSING)

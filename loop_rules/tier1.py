@@ -21,7 +21,7 @@ from typing import Any
 import regex
 
 from loop_core import Match, MatchContext, Matcher, RulePack, Tier, Trace, hookimpl
-from loop_core.keys import normalize_text
+from loop_core.fastregex import GuardedRegex
 
 RULE_ID = "tier1-oom-fastpath"
 
@@ -42,9 +42,9 @@ class _Compiled:
     def __init__(self, pack: RulePack) -> None:
         s = pack.settings
         patterns = s.tier1_oom_signature or REFERENCE_SIGNATURE
-        self.signature = regex.compile("|".join(f"(?:{p})" for p in patterns), regex.IGNORECASE)
+        self.signature = GuardedRegex(regex.compile("|".join(f"(?:{p})" for p in patterns), regex.IGNORECASE))
         self.unless = (
-            regex.compile("|".join(f"(?:{p})" for p in s.tier1_oom_unless), regex.IGNORECASE)
+            GuardedRegex(regex.compile("|".join(f"(?:{p})" for p in s.tier1_oom_unless), regex.IGNORECASE))
             if s.tier1_oom_unless else None
         )
         self.surface = s.tier1_oom_surface
@@ -69,7 +69,7 @@ def _text(value: Any) -> str:
 def scan_surface(ctx: MatchContext, mode: str = "reference") -> str:
     """§3.5.2: the capped substring, the full excerpt (or failure), the pt5 summary."""
     if mode == "all_text":
-        return normalize_text(ctx.view.signal("all_text"), None)
+        return str(ctx.view.signal("all_text"))
     bundle = ctx.bundle
     parts = [ctx.error_substring]
     pt3 = bundle.pt3 if isinstance(bundle.pt3, dict) else {}
@@ -167,11 +167,11 @@ def _match(ctx: MatchContext) -> Match | None:
 def _explain(ctx: MatchContext) -> list[Trace]:
     compiled = _compiled(ctx.pack)
     surface = scan_surface(ctx, compiled.surface)
-    m = compiled.signature.search(surface)
+    m = compiled.signature.search(surface, timeout=compiled.timeout)
     detail = f"span {m.span()} {m.group()!r}" if m else f"no OOM signature in {len(surface)} characters"
     traces = [Trace(f"OOM signature over the {compiled.surface} surface", m is not None, detail)]
     if m and compiled.unless is not None:
-        veto = compiled.unless.search(surface)
+        veto = compiled.unless.search(surface, timeout=compiled.timeout)
         traces.append(Trace("unless (veto)", veto is not None,
                             f"span {veto.span()} {veto.group()!r}" if veto else ""))
     return traces

@@ -1,0 +1,91 @@
+"""GuardedRegex must find exactly what a plain search finds, only faster."""
+
+from __future__ import annotations
+
+import pluggy
+import pytest
+import regex
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loop_core import Engine
+from loop_core.fastregex import GuardedRegex, required_literals
+from loop_core.selftest import _regex_nodes
+from loop_rules.tier1 import REFERENCE_SIGNATURE
+
+HAND_PATTERNS = [
+    r"(?i)no kernel image is available",
+    r"(?i)(flash[-_ ]?attention[-_ ]?3|\bfa3\b)[^\n]{0,80}(requires?|only)",
+    r"(?i)^RuntimeError: (CUDA|HIP) error",
+    r"(?im)^RuntimeError: (CUDA|HIP) error$",
+    r"error\s+code: \d+",
+    r"(?i)(?<=torch\.)OutOfMemoryError",
+    r"(?s)Traceback.*Error",
+    r"(?i)killed process \d+",
+    r"(?x) out \s of \s memory",
+    r"(?:kernel){e<=1}",
+    r"[A-Z]{3}\d+ failed",
+    r"a|b",
+    r"(?i)cuda out of memory|kv cache is needed",
+]
+
+
+def _pack_patterns() -> list[str]:
+    from loop_core import make_plugin_manager
+
+    out = list(HAND_PATTERNS) + ["(?i)" + "|".join(REFERENCE_SIGNATURE)]
+    for pack in ("default", "reference"):
+        for rule in Engine.build(pack, make_plugin_manager(entry_points=False)).pack.rules:
+            out.extend(node.operand.pattern for node in _regex_nodes(rule.when))
+    return out
+
+
+PATTERNS = _pack_patterns()
+WORDS = ["error", "Error", "RuntimeError:", "CUDA", "cuda", "out", "of", "memory", "kernel", "image", "is",
+         "available", "no", "FlashAttention-3", "fa3", "requires", "Hopper", "sm_90", "Killed", "process", "4242",
+         "torch.", "OutOfMemoryError", "Traceback", "\n", " ", "  ", "\t", "code:", "7", "KV", "cache", "needed",
+         "awq", "marlin", "import", "cannot", "name", "Model", "architectures", "['X']", "are", "not", "supported",
+         "é", "ſ", "K", "İ", "ValueError:", "failed", "HIP", "error:", "ABC12"]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(PATTERNS), st.lists(st.sampled_from(WORDS), max_size=60))
+def test_guarded_search_equals_plain_search(pattern: str, words: list[str]) -> None:
+    text = " ".join(words)
+    compiled = regex.compile(pattern)
+    plain = compiled.search(text)
+    fast = GuardedRegex(compiled).search(text)
+    assert (plain is None) == (fast is None)
+    if plain is not None:
+        assert plain.span() == fast.span()
+
+
+def test_every_pack_pattern_is_analysed_without_error() -> None:
+    for pattern in PATTERNS:
+        GuardedRegex(regex.compile(pattern))  # never raises
+
+
+@pytest.mark.parametrize("pattern, literals", [
+    (r"(?i)no kernel image is available", {"no kernel image is available"}),
+    (r"(?i)(cuda|hip) out of memory", {" out of memory"}),
+    (r"foo|bar\d+|bazz", {"foo", "bar", "bazz"}),
+    (r"a|bc", None),  # too short to be worth a prefilter
+    (r"\d+ MiB", {" mib"}),
+    (r"(?:kernel){e<=1}", None),  # fuzzy matching: not analysed
+])
+def test_required_literals(pattern: str, literals: set[str] | None) -> None:
+    got = required_literals(pattern)
+    assert (got if got is None else set(got)) == literals
+
+
+def test_line_locality() -> None:
+    assert GuardedRegex(regex.compile(r"(?i)no kernel [^\n]{0,40}image")).line_local
+    assert not GuardedRegex(regex.compile(r"error\s+code")).line_local  # \s crosses lines
+    assert not GuardedRegex(regex.compile(r"^RuntimeError: boom")).line_local  # anchors are not line-local
+    assert not GuardedRegex(regex.compile(r"(?s)Trace.*boom")).line_local
+
+
+def test_spans_are_relative_to_the_whole_text(pm: pluggy.PluginManager) -> None:
+    text = "INFO start\n" * 500 + "RuntimeError: CUDA error: no kernel image is available for execution on the device\n"
+    g = GuardedRegex(regex.compile(r"(?i)no kernel image is available"))
+    assert g.search(text).span() == regex.search(r"(?i)no kernel image is available", text).span()
