@@ -173,10 +173,29 @@ class IssueDraft:
 
     @classmethod
     def from_spool(cls, payload: dict[str, Any]) -> IssueDraft:
+        """Rebuild a draft from a spool file (ours or the reference's).
+
+        Text outside the tuple block is sanitized again: spool files written by
+        the reference were never scrubbed. The tuple block stays byte-exact.
+        """
         canonical = payload["canonical"]
         key = DedupKey(*canonical["tuple_ordered"])
-        return cls(str(payload["dedup_hash"]), key, str(key.failure_class), str(payload["title"]),
-                   str(payload["body"]), tuple(payload["labels"]), canonical)
+        labels = tuple(str(label) for label in payload["labels"])
+        return cls(str(payload["dedup_hash"]), key, str(key.failure_class),
+                   sanitize(payload["title"], inline=True)[:TITLE_LIMIT],
+                   _sanitize_outside_tuple_block(str(payload["body"]))[:BODY_LIMIT], labels, canonical)
+
+
+def _sanitize_outside_tuple_block(body: str) -> str:
+    start = body.find(TUPLE_MARKER)
+    if start < 0:
+        return sanitize(body)
+    open_at = body.find("```json", start)
+    close_at = body.find("```", open_at + len("```json")) if open_at >= 0 else -1
+    if close_at < 0:
+        return sanitize(body)
+    end = close_at + 3
+    return sanitize(body[:start]) + body[start:end] + sanitize(body[end:])
 
 
 def _title(failure_class: str, model: Any, dedup_hash: str) -> str:

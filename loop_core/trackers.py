@@ -108,6 +108,8 @@ def atomic_write_json(path: Path, payload: Any) -> None:
     """Write JSON so readers see the old file or the new one, never a torn one.
 
     Temp file in the same directory, fsync, rename, fsync of the directory.
+    Inside a spool or review folder, call it under :func:`locked` on that
+    folder: :func:`clean_stale_temp_files` relies on it.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -142,17 +144,25 @@ def locked(directory: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def clean_stale_temp_files(directory: Path, older_than: float = 60.0) -> int:
-    """Remove temp files a killed writer left behind; returns how many."""
+def clean_stale_temp_files(directory: Path, older_than: float = 0.0) -> int:
+    """Remove temp files a killed writer left behind; returns how many.
+
+    Writers into a spool or review folder create and rename their temp file
+    while holding :func:`locked` on that folder, so a temp file seen under
+    the lock belongs to a writer that died: it goes at once, however fresh.
+    (An age threshold alone left a just-killed run's files behind for the
+    next run, and could not tell a slow live writer from a dead one.)
+    """
     removed = 0
     if not directory.is_dir():
         return 0
-    now = time.time()
-    for path in directory.glob(".*.tmp"):
-        with contextlib.suppress(OSError):
-            if now - path.stat().st_mtime >= older_than:
-                path.unlink()
-                removed += 1
+    with locked(directory):
+        now = time.time()
+        for path in directory.glob(".*.tmp"):
+            with contextlib.suppress(OSError):
+                if now - path.stat().st_mtime >= older_than:
+                    path.unlink()
+                    removed += 1
     return removed
 
 
@@ -224,15 +234,20 @@ def replay_spool(spool: SpoolTracker, target: Tracker) -> list[ReplayResult]:
         if payload is None:
             continue
         draft = IssueDraft.from_spool(payload)
+        raw_occurrences = payload.get("occurrences")
+        if not raw_occurrences:
+            # A spool file the reference wrote: one would-be issue, no occurrence list.
+            raw_occurrences = [{"submission": f"spool-{draft.dedup_hash}", "bundle": str(path)}]
         results = []
-        for raw in payload.get("occurrences") or []:
+        for raw in raw_occurrences:
             results.append(target.file(draft, Occurrence.from_dict(raw)))
-        drained = all(r.action is not FileAction.SPOOLED for r in results)
+        # A result that points at a spool file did not land in the target (it fell back).
+        drained = all(r.action is not FileAction.SPOOLED and r.spool_path is None for r in results)
         if drained:
             with locked(spool.directory):
                 current = _read_json(path)
                 # Only remove what we replayed; a concurrent run may have appended.
-                if current is not None and len(current.get("occurrences") or []) == len(results):
+                if current is not None and len(current.get("occurrences") or [None]) == len(results):
                     path.unlink()
                 else:
                     drained = False

@@ -1,0 +1,362 @@
+"""File deduplicated failures as GitHub issues through the ``gh`` CLI.
+
+The wire format is the reference's (CONTRACTS §5.7): the same ``gh`` command
+lines, the same three labels, the same verify-before-+1. What differs:
+
+- labels are created on demand before ``gh issue create`` (the reference
+  never created them, so every first occurrence failed: §8.4.1);
+- every occurrence is counted at most once: the issue body records the first
+  submission and every +1 comment carries its own, so a rerun or a spool
+  replay answers ``already-counted`` instead of commenting again;
+- creates are paced under GitHub's secondary limits and capped per run;
+- any ``gh`` failure, an unreadable ``gh`` answer included (§8.4.6), degrades
+  to the spool (``<captures>/_dedup-queue/<hash>.json``), so nothing is lost;
+  after an outage (timeout, missing ``gh``, a failed label listing, or three
+  failures without a write getting through) the rest of the run goes
+  straight to the spool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from .dedup import BODY_LIMIT, IssueDraft, Occurrence, body_tuple_matches, plus_one_comment, plus_one_submission
+from .errors import TrackerError
+from .trackers import FileAction, FileResult, SpoolTracker
+from .verdict import FailureClass
+
+__all__ = ["GhResult", "GitHubTracker", "label_style", "run_gh"]
+
+LABEL_LIST_LIMIT = 1000
+ISSUE_LIST_LIMIT = 100
+COMMENTS_PER_LIST = 100  # gh issue list fetches comments(first: 100)
+FIRST_SUBMISSION = "<!-- loop-rules first-submission: {} -->"
+_FIRST_SUBMISSION = re.compile(r"<!-- loop-rules first-submission: ([A-Za-z0-9._:-]+) -->")
+_SAFE_SUBMISSION = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_ISSUE_URL = re.compile(r"/issues/(\d+)$")
+_OUTAGE = (124, 127)
+
+_CLASS_COLORS = {
+    "genuine-oom": "b60205", "overlay-arch-drift": "d93f0b", "kernel-unsupported": "5319e7",
+    "quant-unsupported": "1d76db", "benign-cold-start": "0e8a16", "unknown": "cccccc",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class GhResult:
+    """One finished ``gh`` call. ``returncode`` 124: timed out, 127: no ``gh``."""
+
+    ok: bool
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_gh(argv: Sequence[str], *, timeout: float = 30.0) -> GhResult:
+    """Run ``gh *argv`` (no shell) and never raise.
+
+    The call runs in its own session; on timeout the whole process group is
+    killed, so a hung ``gh`` leaves nothing behind.
+    """
+    env = {**os.environ, "GH_PROMPT_DISABLED": "1", "GH_NO_UPDATE_NOTIFIER": "1", "NO_COLOR": "1"}
+    try:
+        proc = subprocess.Popen(
+            ["gh", *argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, encoding="utf-8", errors="replace", start_new_session=True, env=env)
+    except FileNotFoundError:
+        return GhResult(False, 127, "", "gh: command not found")
+    except (OSError, ValueError) as e:
+        return GhResult(False, 1, "", f"gh: {e}")
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return GhResult(False, 124, "", f"gh: timed out after {timeout:g}s")
+    except Exception as e:  # noqa: BLE001 - never raise
+        _kill_group(proc)
+        return GhResult(False, 1, "", f"gh: {e}")
+    return GhResult(proc.returncode == 0, proc.returncode, out or "", err or "")
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # start_new_session: the group id is the pid
+    except OSError:
+        pass
+    try:
+        proc.communicate(timeout=5)
+    except Exception:  # noqa: BLE001 - a grandchild that escaped the group keeps a pipe open
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+        proc.wait()
+
+
+def label_style(name: str) -> tuple[str, str]:
+    """``(color, description)`` for one of the labels a draft carries."""
+    kind, _, value = name.partition(":")
+    if kind == "class":
+        return _CLASS_COLORS.get(value, "cccccc"), f"loop-rules failure class: {value}"
+    if kind == "arch":
+        return "c5def5", f"loop-rules architecture family: {value}"
+    if name.startswith("loop:dedup-"):
+        return "ededed", f"loop-rules dedup key {name.removeprefix('loop:dedup-')}"
+    return "ededed", "loop-rules"
+
+
+class _Degraded(Exception):
+    """Control flow: stop here and spool the occurrence with this reason."""
+
+
+class GitHubTracker:
+    """Issues in a GitHub repository, through ``gh``; degrades to the spool.
+
+    :param captures: the captures directory; the spool lives under it.
+    :param repo: ``OWNER/NAME``; appended as ``-R`` to every call when given.
+    :param runner: ``runner(argv, timeout=...) -> GhResult`` (tests inject one).
+    :param sleep: and ``clock``: pacing; tests inject fakes.
+    :param create_interval: minimum seconds between two creates (issues and comments).
+    :param max_creates_per_minute: creates allowed in any trailing 60 seconds.
+    :param max_creates_per_run: creates allowed in this run; the rest is spooled (``run-cap``).
+    :param timeout: seconds one ``gh`` call may take.
+    """
+
+    name = "github"
+
+    def __init__(self, captures: Path, *, repo: str | None = None,
+                 runner: Callable[..., GhResult] = run_gh, sleep: Callable[[float], Any] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic, create_interval: float = 3.0,
+                 max_creates_per_minute: int = 20, max_creates_per_run: int = 50,
+                 timeout: float = 30.0) -> None:
+        self.spool = SpoolTracker(Path(captures))
+        self.repo = repo
+        self.runner = runner
+        self.sleep = sleep
+        self.clock = clock
+        self.create_interval = create_interval
+        self.max_creates_per_minute = max_creates_per_minute
+        self.max_creates_per_run = max_creates_per_run
+        self.timeout = timeout
+        self.creates = 0
+        self._create_times: deque[float] = deque(maxlen=max(1, max_creates_per_minute))
+        self._labels: set[str] | None = None
+        self._labels_complete = True
+        self._issues: dict[tuple[str, ...], tuple[int, set[str]]] = {}  # tuple -> (issue, submissions)
+        self._failures = 0
+        self._down: str | None = None
+
+    # -- the Tracker protocol --------------------------------------------
+
+    def file(self, draft: IssueDraft, occurrence: Occurrence) -> FileResult:
+        """Open, +1 or recognise; on any ``gh`` trouble, spool. Raises only if the spool cannot be written."""
+        try:
+            return self._file(draft, occurrence)
+        except _Degraded as e:
+            return self._spool(draft, occurrence, str(e))
+        except Exception as e:  # noqa: BLE001 - a bug here must not lose the occurrence
+            return self._spool(draft, occurrence, f"gh-degraded:internal {type(e).__name__}")
+
+    def close(self) -> None:
+        self.spool.close()
+
+    def bootstrap_labels(self) -> dict[str, bool]:
+        """Create (or update) the six ``class:`` labels; ``{class: ok}``. Never raises."""
+        out = {}
+        for cls in FailureClass:
+            name = f"class:{cls.value}"
+            if self._down:
+                out[cls.value] = False
+                continue
+            try:
+                self._create_label(name)
+                out[cls.value] = True
+            except _Degraded:
+                out[cls.value] = False
+        return out
+
+    # -- filing ------------------------------------------------------------
+
+    def _file(self, draft: IssueDraft, occurrence: Occurrence) -> FileResult:
+        if self._down:
+            raise _Degraded(self._down)
+        found = self._issues.get(_cache_key(draft))
+        if found is None and (draft.labels[0] in self._label_names() or not self._labels_complete):
+            found = self._lookup(draft)
+        if found is None:
+            return self._open(draft, occurrence)
+        return self._count(draft, occurrence, *found)
+
+    def _count(self, draft: IssueDraft, occurrence: Occurrence, number: int, seen: set[str]) -> FileResult:
+        if occurrence.submission in seen:
+            return FileResult(FileAction.ALREADY_COUNTED, draft.dedup_hash, number, "occurrence already counted")
+        self._before_create()
+        r = self._gh(["issue", "comment", str(number), "--body", plus_one_comment(draft, occurrence)])
+        if not r.ok:
+            self._fail("issue-comment", r)
+        seen.add(occurrence.submission)
+        return FileResult(FileAction.PLUS_ONE, draft.dedup_hash, number, "plusone-body-verified")
+
+    def _open(self, draft: IssueDraft, occurrence: Occurrence) -> FileResult:
+        self._check_cap()
+        for name in draft.labels:
+            if name not in self._label_names():
+                self._create_label(name)
+        argv = ["issue", "create", "--title", draft.title, "--body", _body(draft, occurrence)]
+        for label in draft.labels:
+            argv += ["--label", label]
+        for attempt in (1, 2):
+            self._before_create()
+            r = self._gh(argv)
+            if r.ok:
+                number = _issue_number(r.stdout)
+                if number is not None:
+                    self._issues[_cache_key(draft)] = (number, {occurrence.submission})
+                return FileResult(FileAction.OPENED, draft.dedup_hash, number, "opened-new")
+            if r.returncode != 124 or attempt == 2:
+                self._fail("issue-create", r)
+            # A timed-out create may have landed: look before creating again.
+            found = self._lookup(draft)
+            if found is not None:
+                number, seen = found
+                if occurrence.submission in seen:
+                    return FileResult(FileAction.OPENED, draft.dedup_hash, number, "opened-new (create timed out)")
+                return self._count(draft, occurrence, number, seen)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _lookup(self, draft: IssueDraft) -> tuple[int, set[str]] | None:
+        """The first (lowest-numbered) issue with the dedup label whose body tuple verifies."""
+        r = self._gh(["issue", "list", "--label", draft.labels[0], "--state", "all",
+                      "--limit", str(ISSUE_LIST_LIMIT), "--json", "number,body,comments"])
+        issues = _json(r.stdout or "[]") if r.ok else None
+        if not isinstance(issues, list):
+            self._fail("issue-list", r)
+        candidates = [i for i in issues if isinstance(i, dict) and isinstance(i.get("number"), int)]
+        for issue in sorted(candidates, key=lambda i: i["number"]):
+            body = issue.get("body") or ""
+            if not isinstance(body, str) or not body_tuple_matches(body, draft.key):
+                continue
+            comments = issue.get("comments") or []
+            if len(comments) >= COMMENTS_PER_LIST:
+                comments = self._all_comments(issue["number"])
+            seen = {m.group(1) for m in _FIRST_SUBMISSION.finditer(body)}
+            for c in comments:
+                submission = plus_one_submission(c.get("body") or "") if isinstance(c, dict) else None
+                if submission:
+                    seen.add(submission)
+            self._issues[_cache_key(draft)] = (issue["number"], seen)
+            return issue["number"], seen
+        return None
+
+    def _all_comments(self, number: int) -> list[Any]:
+        r = self._gh(["issue", "view", str(number), "--json", "comments"])
+        doc = _json(r.stdout) if r.ok else None
+        if not isinstance(doc, dict) or not isinstance(doc.get("comments"), list):
+            self._fail("issue-view", r)
+        return list(doc["comments"])
+
+    # -- labels ------------------------------------------------------------
+
+    def _label_names(self) -> set[str]:
+        """The repository's labels, listed once per run."""
+        if self._labels is None:
+            r = self._gh(["label", "list", "--limit", str(LABEL_LIST_LIMIT), "--json", "name"])
+            doc = _json(r.stdout or "[]") if r.ok else None
+            if not isinstance(doc, list):
+                self._fail("label-list", r)
+            self._labels = {str(d["name"]) for d in doc if isinstance(d, dict) and "name" in d}
+            # A full page may hide labels: then look every dedup label up instead of trusting the set.
+            self._labels_complete = len(doc) < LABEL_LIST_LIMIT
+        return self._labels
+
+    def _create_label(self, name: str) -> None:
+        color, description = label_style(name)
+        r = self._gh(["label", "create", name, "--force", "--color", color, "--description", description])
+        if not r.ok:
+            self._fail("label-create", r)
+        if self._labels is not None:
+            self._labels.add(name)
+
+    # -- pacing, calls, failures ---------------------------------------------
+
+    def _check_cap(self) -> None:
+        if self.creates >= self.max_creates_per_run:
+            raise _Degraded("run-cap")
+
+    def _before_create(self) -> None:
+        """Count one create against the run cap and wait until GitHub's limits allow it."""
+        self._check_cap()
+        now = self.clock()
+        times = self._create_times
+        waits = []
+        if times:
+            waits.append(times[-1] + self.create_interval - now)
+        if len(times) == times.maxlen:
+            waits.append(times[0] + 60.0 - now)
+        wait = max(waits, default=0.0)
+        if wait > 0:
+            self.sleep(wait)
+            now = self.clock()
+        times.append(now)
+        self.creates += 1
+
+    def _gh(self, argv: list[str]) -> GhResult:
+        if self.repo:
+            argv = [*argv, "-R", self.repo]
+        try:
+            r = self.runner(argv, timeout=self.timeout)
+        except Exception as e:  # noqa: BLE001 - an injected runner must not break the never-raise rule
+            r = GhResult(False, 1, "", str(e))
+        if r.ok and argv[1] in ("create", "comment"):
+            self._failures = 0  # a write went through: GitHub takes writes again
+        return r
+
+    def _fail(self, step: str, r: GhResult) -> NoReturn:
+        """Spool this occurrence; after an outage, the rest of the run too."""
+        reason = f"gh-degraded:{step} rc={r.returncode}"
+        self._failures += 1
+        if r.returncode in _OUTAGE or step == "label-list" or self._failures >= 3:
+            self._down = reason
+        raise _Degraded(reason)
+
+    def _spool(self, draft: IssueDraft, occurrence: Occurrence, reason: str) -> FileResult:
+        try:
+            result = self.spool.file(draft, occurrence, reason=reason)
+        except OSError as e:
+            raise TrackerError(f"{self.spool.directory}: cannot spool {draft.dedup_hash}: {e}") from e
+        # Already in the spool is still pending, not counted: a replay must keep the file.
+        return FileResult(FileAction.SPOOLED, draft.dedup_hash, None, reason, result.spool_path)
+
+
+def _cache_key(draft: IssueDraft) -> tuple[str, ...]:
+    # The tuple as body verification compares it (as text): hashable whatever the manifest held.
+    return tuple(str(v) for v in draft.key)
+
+
+def _body(draft: IssueDraft, occurrence: Occurrence) -> str:
+    """The draft body plus the first-submission marker, within GitHub's body limit."""
+    if not _SAFE_SUBMISSION.fullmatch(occurrence.submission):
+        return draft.body
+    marker = "\n\n" + FIRST_SUBMISSION.format(occurrence.submission)
+    return draft.body[: BODY_LIMIT - len(marker)] + marker
+
+
+def _issue_number(stdout: str) -> int | None:
+    m = _ISSUE_URL.search(stdout.strip())
+    return int(m.group(1)) if m else None
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None

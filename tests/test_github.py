@@ -1,0 +1,474 @@
+"""The GitHub tracker against a fake ``gh`` on PATH: wire format, dedup, pacing, degrade, replay."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loop_core import Engine, PluginError, hookimpl, make_plugin_manager
+from loop_core.dedup import (
+    IssueDraft,
+    Occurrence,
+    draft_issue,
+    occurrence_of,
+    plus_one_comment,
+    plus_one_submission,
+)
+from loop_core.github import GhResult, GitHubTracker, run_gh
+from loop_core.plugins import collect
+from loop_core.testing import make_bundle
+from loop_core.trackers import FileAction, SpoolTracker, TrackerOptions, TrackerSpec, replay_spool
+
+FAKE_GH = Path(__file__).resolve().parent / "fixtures" / "fake_gh" / "gh"
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+REPO = "acme/loop-issues"
+
+
+@dataclass
+class FakeGh:
+    """The fake ``gh`` of one test: its state file, its call log, its mode."""
+
+    state_path: Path
+    log_path: Path
+    monkeypatch: pytest.MonkeyPatch
+
+    def mode(self, mode: str) -> None:
+        self.monkeypatch.setenv("FAKE_GH_MODE", mode)
+
+    def calls(self) -> list[list[str]]:
+        if not self.log_path.exists():
+            return []
+        return [json.loads(line) for line in self.log_path.read_text(encoding="utf-8").splitlines()]
+
+    def forget_calls(self) -> None:
+        self.log_path.unlink(missing_ok=True)
+
+    def repo(self, name: str = REPO) -> dict[str, Any]:
+        state = json.loads(self.state_path.read_text(encoding="utf-8")) if self.state_path.exists() else {}
+        return state.get("repos", {}).get(name, {"labels": {}, "issues": []})
+
+    def issues(self, name: str = REPO) -> list[dict[str, Any]]:
+        return list(self.repo(name)["issues"])
+
+    def seed(self, *, labels: dict[str, dict[str, str]] | None = None,
+             issues: list[dict[str, Any]] | None = None, name: str = REPO) -> None:
+        state = {"repos": {name: {"labels": labels or {}, "issues": issues or [],
+                                  "next_number": 1 + max((i["number"] for i in issues or []), default=0)}}}
+        self.state_path.write_text(json.dumps(state), encoding="utf-8")
+
+
+@pytest.fixture
+def gh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeGh:
+    """The fake gh copied into tmp_path/bin, first on PATH; nothing is written into the repo."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    target = bindir / "gh"
+    script = FAKE_GH.read_text(encoding="utf-8")
+    if " " not in sys.executable:
+        # This interpreter, without site-packages: the same Python as the tests, and quicker to start.
+        script = f"#!{sys.executable} -S\n" + script.split("\n", 1)[1]
+    target.write_text(script, encoding="utf-8")
+    target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    fake = FakeGh(tmp_path / "gh-state.json", tmp_path / "gh-log.jsonl", monkeypatch)
+    monkeypatch.setenv("FAKE_GH_STATE", str(fake.state_path))
+    monkeypatch.setenv("FAKE_GH_LOG", str(fake.log_path))
+    monkeypatch.delenv("FAKE_GH_MODE", raising=False)
+    return fake
+
+
+class FakeClock:
+    """``clock``/``sleep`` for the tracker: sleeping advances time, nothing waits."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def fake_clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def captures(tmp_path: Path) -> Path:
+    path = tmp_path / "captures"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture(scope="module")
+def module_engine() -> Engine:
+    return Engine.build("default", make_plugin_manager(entry_points=False))
+
+
+@pytest.fixture
+def failure(module_engine: Engine) -> Any:
+    """``failure(model=..., ts=...) -> (draft, occurrence)``: one OOM capture."""
+
+    def make(model: str = "acme/Tiny-7B", ts: str = "20260801T093000Z") -> tuple[IssueDraft, Occurrence]:
+        bundle = make_bundle({"manifest": {"model": model, "model_id": model, "utc_ts": ts},
+                              "pt3": {"failure_log_excerpt": OOM}}, path=f"captures/{model}/{ts}")
+        verdict = module_engine.classify(bundle)
+        assert verdict.failure_class.value == "genuine-oom"
+        return draft_issue(bundle, verdict), occurrence_of(bundle)
+
+    return make
+
+
+def tracker(captures: Path, clock: FakeClock, **kwargs: Any) -> GitHubTracker:
+    kwargs.setdefault("repo", REPO)
+    return GitHubTracker(captures, sleep=clock.sleep, clock=clock.clock, **kwargs)
+
+
+def spooled(captures: Path, draft: IssueDraft) -> list[str]:
+    path = captures / "_dedup-queue" / f"{draft.dedup_hash}.json"
+    return [o["submission"] for o in json.loads(path.read_text(encoding="utf-8"))["occurrences"]]
+
+
+def first_body(draft: IssueDraft, occurrence: Occurrence) -> str:
+    return draft.body + f"\n\n<!-- loop-rules first-submission: {occurrence.submission} -->"
+
+
+# -- the runner ------------------------------------------------------------
+
+
+def test_run_gh_reports_exit_status_output_missing_binary_and_timeout(gh: FakeGh, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    ok = run_gh(["label", "list", "--json", "name"])
+    assert ok == GhResult(True, 0, "[]\n", "")
+    gh.mode("fail")
+    failed = run_gh(["label", "list", "--json", "name"])
+    assert (failed.ok, failed.returncode) == (False, 1) and "simulated" in failed.stderr
+    gh.mode("hang")
+    hung = run_gh(["label", "list", "--json", "name"], timeout=0.5)
+    assert (hung.ok, hung.returncode) == (False, 124)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    missing = run_gh(["label", "list"])
+    assert (missing.ok, missing.returncode) == (False, 127)
+
+
+# -- filing ------------------------------------------------------------------
+
+
+def test_first_filing_exact_command_lines(gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    draft, occ = failure()
+    t = tracker(captures, fake_clock)
+    result = t.file(draft, occ)
+    assert (result.action, result.issue, result.reason) == (FileAction.OPENED, 1, "opened-new")
+    dedup, cls, arch = draft.labels
+    assert dedup == f"loop:dedup-{draft.dedup_hash}" and cls == "class:genuine-oom" and arch == "arch:llamaforcausallm"
+    r = ["-R", REPO]
+    assert gh.calls() == [
+        ["label", "list", "--limit", "1000", "--json", "name", *r],
+        ["label", "create", dedup, "--force", "--color", "ededed", "--description",
+         f"loop-rules dedup key {draft.dedup_hash}", *r],
+        ["label", "create", cls, "--force", "--color", "b60205", "--description",
+         "loop-rules failure class: genuine-oom", *r],
+        ["label", "create", arch, "--force", "--color", "c5def5", "--description",
+         "loop-rules architecture family: llamaforcausallm", *r],
+        ["issue", "create", "--title", draft.title, "--body", first_body(draft, occ),
+         "--label", dedup, "--label", cls, "--label", arch, *r],
+    ]
+    [issue] = gh.issues()
+    assert issue["title"] == draft.title and issue["labels"] == list(draft.labels)
+    assert not (captures / "_dedup-queue").exists() or not any((captures / "_dedup-queue").iterdir())
+
+
+def test_without_repo_no_dash_r_and_existing_labels_are_not_recreated(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    draft, occ = failure()
+    gh.seed(labels={"class:genuine-oom": {}, "arch:llamaforcausallm": {}}, name="local/repo")
+    result = tracker(captures, fake_clock, repo=None).file(draft, occ)
+    assert result.action is FileAction.OPENED
+    calls = gh.calls()
+    assert all("-R" not in c for c in calls)
+    assert [c[:3] for c in calls] == [["label", "list", "--limit"], ["label", "create", draft.labels[0]],
+                                      ["issue", "create", "--title"]]
+    assert len(gh.issues("local/repo")) == 1
+
+
+def test_second_occurrence_is_a_plus_one_and_a_repeat_is_already_counted(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    draft, first = failure(ts="20260801T093000Z")
+    _, second = failure(ts="20260802T093000Z")
+    assert first.submission != second.submission
+    t = tracker(captures, fake_clock)
+    assert t.file(draft, first).action is FileAction.OPENED
+    gh.forget_calls()
+    plus = t.file(draft, second)
+    assert (plus.action, plus.issue, plus.reason) == (FileAction.PLUS_ONE, 1, "plusone-body-verified")
+    [call] = gh.calls()
+    assert call[:3] == ["issue", "comment", "1"] and call[-2:] == ["-R", REPO]
+    [comment] = gh.issues()[0]["comments"]
+    assert comment["body"].startswith("<!-- club3090-loop-dedup +1 -->")
+    assert plus_one_submission(comment["body"]) == second.submission
+
+    gh.forget_calls()
+    for occ in (first, second):
+        again = t.file(draft, occ)
+        assert (again.action, again.issue) == (FileAction.ALREADY_COUNTED, 1)
+    assert gh.calls() == []  # the run's cache answers: no gh call at all
+
+    # A new run (no cache) reads the issue once and still counts nothing twice.
+    fresh = tracker(captures, FakeClock())
+    for occ in (first, second):
+        assert fresh.file(draft, occ).action is FileAction.ALREADY_COUNTED
+    assert [c[:2] for c in gh.calls()] == [["label", "list"], ["issue", "list"]]
+    assert gh.calls()[1] == ["issue", "list", "--label", draft.labels[0], "--state", "all", "--limit", "100",
+                             "--json", "number,body,comments", "-R", REPO]
+    assert len(gh.issues()) == 1 and len(gh.issues()[0]["comments"]) == 1
+
+
+def test_hash_label_alone_never_gives_a_plus_one(gh: FakeGh, captures: Path, fake_clock: FakeClock,
+                                                  failure: Any) -> None:
+    draft, occ = failure()
+    other, _ = failure(model="acme/Other-13B")
+    # An issue carrying this draft's dedup label whose body tuple is another key's (a collision).
+    impostor = {"number": 7, "title": "collision", "body": other.body, "labels": [draft.labels[0]],
+                "state": "closed", "comments": []}
+    gh.seed(labels={name: {} for name in draft.labels}, issues=[impostor])
+    result = tracker(captures, fake_clock).file(draft, occ)
+    assert (result.action, result.issue) == (FileAction.OPENED, 8)
+    assert [c[:2] for c in gh.calls()] == [["label", "list"], ["issue", "list"], ["issue", "create"]]
+    issues = gh.issues()
+    assert issues[0]["comments"] == [] and len(issues) == 2
+    # The next occurrence finds the verified issue among both and comments there.
+    _, later = failure(ts="20260901T000000Z")
+    assert tracker(captures, FakeClock()).file(draft, later).issue == 8
+
+
+def test_issue_with_more_than_100_comments_is_read_in_full(gh: FakeGh, captures: Path, fake_clock: FakeClock,
+                                                           failure: Any) -> None:
+    draft, first = failure()
+    others = [failure(ts=f"20260901T{i:04d}Z")[1] for i in range(120)]
+    issue = {"number": 1, "title": draft.title, "body": first_body(draft, first), "labels": list(draft.labels),
+             "state": "open", "comments": [{"body": plus_one_comment(draft, o)} for o in others]}
+    gh.seed(labels={name: {} for name in draft.labels}, issues=[issue])
+    # The last +1 is beyond the first 100 comments gh issue list returns: gh issue view reads them all.
+    assert tracker(captures, fake_clock).file(draft, others[-1]).action is FileAction.ALREADY_COUNTED
+    assert [c[:2] for c in gh.calls()] == [["label", "list"], ["issue", "list"], ["issue", "view"]]
+    assert len(gh.issues()[0]["comments"]) == 120
+
+
+# -- degrade to the spool ----------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["missing", "fail", "hang", "fail-create"])
+def test_gh_trouble_spools_and_loses_nothing(how: str, gh: FakeGh, captures: Path, fake_clock: FakeClock,
+                                            failure: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if how == "missing":
+        monkeypatch.setenv("PATH", str(tmp_path / "no-gh-here"))
+    else:
+        gh.mode(how)
+    drafts = [failure(model=m, ts=ts) for m in ("acme/A-7B", "acme/B-7B") for ts in ("20260801T0", "20260802T0")]
+    t = tracker(captures, fake_clock, timeout=1.0)
+    results = [t.file(d, o) for d, o in drafts]
+    assert all(r.action is FileAction.SPOOLED for r in results)
+    expected_rc = {"missing": 127, "fail": 1, "hang": 124, "fail-create": 1}[how]
+    step = "issue-create" if how == "fail-create" else "label-list"
+    assert results[0].reason == f"gh-degraded:{step} rc={expected_rc}"
+    for draft, occ in drafts:
+        assert occ.submission in spooled(captures, draft)
+        assert results[0].spool_path is not None
+    assert gh.issues() == []
+    if how == "hang":  # an outage is noticed once, not once per bundle
+        assert len(gh.calls()) == 1
+
+
+def test_replay_files_each_failure_once_and_then_nothing(gh: FakeGh, captures: Path, fake_clock: FakeClock,
+                                                         failure: Any) -> None:
+    drafts = [failure(model=m, ts=ts) for m in ("acme/A-7B", "acme/B-7B") for ts in ("20260801T0", "20260802T0")]
+    gh.mode("fail")
+    offline = tracker(captures, fake_clock)
+    for draft, occ in drafts:
+        assert offline.file(draft, occ).action is FileAction.SPOOLED
+    spool = SpoolTracker(captures)
+    assert len(spool.pending()) == 2
+
+    # Still failing: a replay keeps every file (already-spooled is not already-counted).
+    replay = replay_spool(spool, tracker(captures, FakeClock()))
+    assert [r.drained for r in replay] == [False, False] and len(spool.pending()) == 2
+
+    gh.mode("ok")
+    replay = replay_spool(spool, tracker(captures, FakeClock()))
+    assert all(r.drained for r in replay) and spool.pending() == []
+    actions = sorted(str(res.action) for r in replay for res in r.results)
+    assert actions == ["opened", "opened", "plusone", "plusone"]
+    issues = gh.issues()
+    assert len(issues) == 2 and all(len(i["comments"]) == 1 for i in issues)
+
+    gh.forget_calls()
+    assert replay_spool(spool, tracker(captures, FakeClock())) == []
+    assert gh.calls() == []
+    # Filing the same captures again counts nothing twice.
+    again = tracker(captures, FakeClock())
+    assert {again.file(d, o).action for d, o in drafts} == {FileAction.ALREADY_COUNTED}
+    assert len(gh.issues()) == 2 and all(len(i["comments"]) == 1 for i in gh.issues())
+
+
+def test_timed_out_create_that_landed_is_not_duplicated(gh: FakeGh, captures: Path, fake_clock: FakeClock,
+                                                       failure: Any) -> None:
+    draft, occ = failure()
+    gh.mode("hang-create-after-success")
+    result = tracker(captures, fake_clock, timeout=1.0).file(draft, occ)
+    assert (result.action, result.issue) == (FileAction.OPENED, 1)
+    assert len(gh.issues()) == 1 and gh.issues()[0]["comments"] == []
+    assert [c[:2] for c in gh.calls()][-2:] == [["issue", "create"], ["issue", "list"]]
+    assert not (captures / "_dedup-queue").exists() or not any((captures / "_dedup-queue").glob("*.json"))
+
+
+def test_timed_out_create_that_did_not_land_is_tried_once_more(captures: Path, fake_clock: FakeClock,
+                                                               failure: Any) -> None:
+    draft, occ = failure()
+    calls: list[list[str]] = []
+
+    def runner(argv: list[str], *, timeout: float) -> GhResult:
+        calls.append(argv)
+        if argv[:2] == ["issue", "create"]:
+            return GhResult(False, 124, "", "timed out")
+        return GhResult(True, 0, "[]", "")
+
+    result = GitHubTracker(captures, runner=runner, sleep=fake_clock.sleep, clock=fake_clock.clock).file(draft, occ)
+    assert (result.action, result.reason) == (FileAction.SPOOLED, "gh-degraded:issue-create rc=124")
+    assert [c[:2] for c in calls if c[0] == "issue"] == [["issue", "create"], ["issue", "list"], ["issue", "create"]]
+    assert spooled(captures, draft) == [occ.submission]
+
+
+def test_raising_runner_and_bad_json_degrade(captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    draft, occ = failure()
+
+    def broken(argv: list[str], *, timeout: float) -> GhResult:
+        raise RuntimeError("boom")
+
+    assert GitHubTracker(captures, runner=broken).file(draft, occ).action is FileAction.SPOOLED
+
+    def garbage(argv: list[str], *, timeout: float) -> GhResult:
+        if argv[:2] == ["label", "list"]:
+            return GhResult(True, 0, json.dumps([{"name": draft.labels[0]}]), "")
+        return GhResult(True, 0, "<html>rate limited</html>", "")
+
+    # An unreadable issue list is not "no candidates" (reference §8.4.6): no duplicate is opened.
+    result = GitHubTracker(captures, runner=garbage).file(draft, occ)
+    assert (result.action, result.reason) == (FileAction.SPOOLED, "gh-degraded:issue-list rc=0")
+
+
+# -- pacing and caps -----------------------------------------------------------
+
+
+def _create_times(runner_log: list[tuple[float, list[str]]]) -> list[float]:
+    return [t for t, argv in runner_log if argv[:2] in (["issue", "create"], ["issue", "comment"])]
+
+
+def _recording_runner(clock: FakeClock, log: list[tuple[float, list[str]]]) -> Any:
+    issues = iter(range(1, 10_000))
+
+    def runner(argv: list[str], *, timeout: float) -> GhResult:
+        log.append((clock.now, argv))
+        if argv[:2] == ["label", "list"]:
+            return GhResult(True, 0, "[]", "")
+        if argv[:2] == ["issue", "create"]:
+            return GhResult(True, 0, f"https://github.com/{REPO}/issues/{next(issues)}\n", "")
+        return GhResult(True, 0, "", "")
+
+    return runner
+
+
+@pytest.mark.parametrize(("interval", "per_minute"), [(3.0, 20), (0.5, 20), (3.0, 5)])
+def test_creates_are_paced(interval: float, per_minute: int, captures: Path, failure: Any) -> None:
+    clock = FakeClock()
+    log: list[tuple[float, list[str]]] = []
+    t = GitHubTracker(captures, runner=_recording_runner(clock, log), sleep=clock.sleep, clock=clock.clock,
+                      create_interval=interval, max_creates_per_minute=per_minute, max_creates_per_run=1000)
+    for i in range(30):  # 6 new issues, 24 +1s
+        draft, occ = failure(model=f"acme/M{i % 6}-7B", ts=f"2026080{1 + i // 6}T0")
+        assert t.file(draft, occ).action in (FileAction.OPENED, FileAction.PLUS_ONE)
+    times = _create_times(log)
+    assert len(times) == 30 and clock.slept
+    assert all(b - a >= interval for a, b in zip(times, times[1:]))
+    assert all(times[i + per_minute] - times[i] >= 60.0 for i in range(len(times) - per_minute))
+
+
+def test_run_cap_spools_the_rest(captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    log: list[tuple[float, list[str]]] = []
+    t = GitHubTracker(captures, runner=_recording_runner(fake_clock, log), sleep=fake_clock.sleep,
+                      clock=fake_clock.clock, max_creates_per_run=3)
+    results = [t.file(*failure(model=f"acme/M{i}-7B")) for i in range(5)]
+    assert [r.action for r in results] == [FileAction.OPENED] * 3 + [FileAction.SPOOLED] * 2
+    assert [r.reason for r in results[3:]] == ["run-cap", "run-cap"]
+    assert len(_create_times(log)) == 3 and len(SpoolTracker(captures).pending()) == 2
+
+
+def test_gh_calls_scale_with_distinct_failures_not_bundles(gh: FakeGh, captures: Path, fake_clock: FakeClock,
+                                                           failure: Any) -> None:
+    keys = ("acme/A-7B", "acme/B-7B", "acme/C-7B")
+    # 30 bundles, 3 dedup keys: each capture seen ten times (e.g. rerunning over the same captures).
+    t = tracker(captures, fake_clock)
+    for _ in range(10):
+        for model in keys:
+            t.file(*failure(model=model))
+    calls = gh.calls()
+    assert [c[:2] for c in calls].count(["label", "list"]) == 1
+    assert len(calls) <= 1 + 4 * len(keys)  # label list once; per key at most 3 labels and 1 create
+    assert len(gh.issues()) == 3
+
+    # 30 distinct submissions: one write each is unavoidable, reads stay per key.
+    gh.forget_calls()
+    t2 = tracker(captures, FakeClock())
+    for i in range(30):
+        t2.file(*failure(model=keys[i % 3], ts=f"2026090{1 + i // 3}T0"))
+    kinds = [tuple(c[:2]) for c in gh.calls()]
+    assert kinds.count(("label", "list")) == 1 and kinds.count(("issue", "list")) == 3
+    assert kinds.count(("issue", "comment")) == 30 and len(kinds) == 1 + 3 + 30
+    assert all(len(i["comments"]) == 10 for i in gh.issues())
+
+
+# -- labels and registration ---------------------------------------------------------
+
+
+def test_bootstrap_labels(gh: FakeGh, captures: Path, fake_clock: FakeClock) -> None:
+    t = tracker(captures, fake_clock)
+    classes = ["genuine-oom", "overlay-arch-drift", "kernel-unsupported", "quant-unsupported",
+               "benign-cold-start", "unknown"]
+    assert t.bootstrap_labels() == {c: True for c in classes}
+    assert [c[:3] for c in gh.calls()] == [["label", "create", f"class:{c}"] for c in classes]
+    assert all(c[-2:] == ["-R", REPO] for c in gh.calls())
+    assert gh.repo()["labels"]["class:unknown"]["description"] == "loop-rules failure class: unknown"
+    gh.mode("hang")
+    assert tracker(captures, FakeClock(), timeout=0.5).bootstrap_labels() == {c: False for c in classes}
+
+
+class MemoryTrackerPlugin:
+    """A third-party backend: what a plugin implementing ``loop_register_trackers`` provides."""
+
+    @hookimpl
+    def loop_register_trackers(self, register: Any) -> None:
+        register(TrackerSpec("memory", lambda options: SpoolTracker(options.captures), "test backend"))
+
+
+def test_hook_loop_register_trackers(captures: Path) -> None:
+    pm = make_plugin_manager(entry_points=False)
+    pm.register(MemoryTrackerPlugin(), name="memory-tracker")
+    specs = collect(pm, "loop_register_trackers", lambda s: s.name, "tracker")
+    assert {"sqlite", "spool", "github", "memory"} <= set(specs)
+    made = specs["github"][0].factory(TrackerOptions(captures, repo=REPO))
+    assert isinstance(made, GitHubTracker) and made.name == "github" and made.repo == REPO
+    made.close()
+    assert specs["memory"][1] == "memory-tracker"
+    pm.register(type("Again", (MemoryTrackerPlugin,), {})(), name="memory-again")
+    with pytest.raises(PluginError, match="memory"):
+        collect(pm, "loop_register_trackers", lambda s: s.name, "tracker")
