@@ -25,32 +25,95 @@ Import only names listed in ``__all__``; anything else may change.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .__version__ import __version__
-from .bundle import Bundle, ReadLimits, read_bundle
-from .catalog import Catalog, load_catalog
-from .conditions import ConditionKind, Trace
-from .dedup import IssueDraft, Occurrence
-from .engine import Engine, MatchContext, Matcher, MatcherTrace
-from .errors import BundleError, CatalogError, LoopError, PluginError, RuleError, TrackerError
-from .hookspecs import hookimpl
-from .keys import (
-    ConsensusKey,
-    DedupKey,
-    consensus_key,
-    dedup_key,
-    dedup_labels,
-    error_substring,
-    kv_calc_version,
-    submission_fingerprint,
-    tier2_fingerprint,
-)
-from .packs import PackInfo
-from .plugins import make_plugin_manager
-from .rules import Rule, RulePack, load_rules
-from .trackers import FileAction, FileResult, Tracker, TrackerOptions, TrackerSpec
-from .trust import ConsensusIndex, Stage, TrustResult, evaluate_trust
-from .verdict import Classification, FailureClass, Match, Tier
-from .view import View
+
+# Names resolve on first use (PEP 562): `loop-rules --version` and other light
+# commands must not pay for importing the whole engine.
+_LAZY = {
+    "Bundle": "bundle",
+    "BundleError": "errors",
+    "Catalog": "catalog",
+    "CatalogError": "errors",
+    "Classification": "verdict",
+    "ConditionKind": "conditions",
+    "ConsensusIndex": "trust",
+    "ConsensusKey": "keys",
+    "DedupKey": "keys",
+    "Engine": "engine",
+    "FailureClass": "verdict",
+    "FileAction": "trackers",
+    "FileResult": "trackers",
+    "IssueDraft": "dedup",
+    "LoopError": "errors",
+    "Match": "verdict",
+    "MatchContext": "engine",
+    "Matcher": "engine",
+    "MatcherTrace": "engine",
+    "Occurrence": "dedup",
+    "PackInfo": "packs",
+    "PluginError": "errors",
+    "ReadLimits": "bundle",
+    "Rule": "rules",
+    "RuleError": "errors",
+    "RulePack": "rules",
+    "Stage": "trust",
+    "Tier": "verdict",
+    "Trace": "conditions",
+    "Tracker": "trackers",
+    "TrackerError": "errors",
+    "TrackerOptions": "trackers",
+    "TrackerSpec": "trackers",
+    "TrustResult": "trust",
+    "View": "view",
+    "consensus_key": "keys",
+    "dedup_key": "keys",
+    "dedup_labels": "keys",
+    "error_substring": "keys",
+    "evaluate_trust": "trust",
+    "hookimpl": "hookspecs",
+    "kv_calc_version": "keys",
+    "load_catalog": "catalog",
+    "load_rules": "rules",
+    "make_plugin_manager": "plugins",
+    "read_bundle": "bundle",
+    "submission_fingerprint": "keys",
+    "tier2_fingerprint": "keys",
+}
+
+if TYPE_CHECKING:
+    from .bundle import Bundle, ReadLimits, read_bundle
+    from .catalog import Catalog, load_catalog
+    from .conditions import ConditionKind, Trace
+    from .dedup import IssueDraft, Occurrence
+    from .engine import Engine, MatchContext, Matcher, MatcherTrace
+    from .errors import BundleError, CatalogError, LoopError, PluginError, RuleError, TrackerError
+    from .hookspecs import hookimpl
+    from .keys import ConsensusKey, DedupKey, consensus_key, dedup_key, dedup_labels, error_substring, kv_calc_version, submission_fingerprint, tier2_fingerprint
+    from .packs import PackInfo
+    from .plugins import make_plugin_manager
+    from .rules import Rule, RulePack, load_rules
+    from .trackers import FileAction, FileResult, Tracker, TrackerOptions, TrackerSpec
+    from .trust import ConsensusIndex, Stage, TrustResult, evaluate_trust
+    from .verdict import Classification, FailureClass, Match, Tier
+    from .view import View
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'loop_core' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "Bundle",
