@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -318,3 +319,220 @@ def test_hook_loop_evaluate_trust(pm: pluggy.PluginManager, register_plugin: Reg
     # Gate-only bundles are never offered to the hook.
     assert rows["c-gate"]["stage"] is None
     assert isinstance(gate, EngineAllowList) and gate.calls == 2
+
+
+# -- loop_draft_issue --------------------------------------------------------
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pull-captures"
+
+
+class TitlePrefix:
+    """Fileable failures get the team's tag in front of the built-in title; nothing else changes."""
+
+    def __init__(self, prefix: str = "[acme] ") -> None:
+        self.prefix = prefix
+        self.calls: list[str] = []
+
+    @hookimpl
+    def loop_draft_issue(self, bundle: Any, verdict: Any) -> Any:
+        from loop_core.dedup import draft_issue
+
+        self.calls.append(verdict.failure_class.value)
+        draft = draft_issue(bundle, verdict)
+        return dataclasses.replace(draft, title=self.prefix + draft.title)
+
+
+class Abstain:
+    @hookimpl
+    def loop_draft_issue(self, bundle: Any, verdict: Any) -> None:
+        return None
+
+
+def test_hook_loop_draft_issue(pm: pluggy.PluginManager, register_plugin: Register, tmp_path: Path) -> None:
+    from loop_core.dedup import IssueDraft, body_tuple_matches, draft_issue
+    from loop_core.keys import dedup_key, dedup_labels
+    from loop_core.pipeline import process_bundle, run_captures
+    from loop_core.trackers import SqliteTracker
+
+    engine = Engine.build("default", pm)
+    bundle = make_bundle("torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    verdict = engine.classify(bundle)
+    assert verdict.should_file
+    builtin = draft_issue(bundle, verdict)
+
+    # Without a plugin of its own the built-in (trylast) rendering decides.
+    assert pm.hook.loop_draft_issue(bundle=bundle, verdict=verdict) == builtin
+    register_plugin(Abstain(), "acme-abstain")
+    assert pm.hook.loop_draft_issue(bundle=bundle, verdict=verdict) == builtin
+
+    # A plugin's non-None draft wins over the built-in one.
+    plugin = register_plugin(TitlePrefix(), "acme-drafts")
+    draft = pm.hook.loop_draft_issue(bundle=bundle, verdict=verdict)
+    assert isinstance(draft, IssueDraft) and isinstance(plugin, TitlePrefix)
+    assert draft.title == "[acme] " + builtin.title
+    # ... and keeps what other tools dedup against: hash, key, labels, tuple block.
+    key = dedup_key(bundle, verdict.failure_class.value)
+    assert (draft.dedup_hash, draft.key, draft.labels) == (key.digest(), key, dedup_labels(key))
+    assert draft.body == builtin.body and body_tuple_matches(draft.body, key)
+
+    # The pipeline asks the hook only for fileable failures: not for unknowns or successes.
+    plugin.calls.clear()
+    unknown = write_bundle(tmp_path / "unknown", make_bundle("something nobody has seen before"))
+    assert process_bundle(unknown, engine).draft is None and plugin.calls == []
+    oom = write_bundle(tmp_path / "oom", bundle)
+    processed = process_bundle(oom, engine)
+    assert processed.draft is not None and processed.draft.title.startswith("[acme] [loop][genuine-oom] ")
+    assert plugin.calls == ["genuine-oom"]
+
+    # End to end: every issue carries the prefix, and the kept tuple block still lets a repeat
+    # of the same failure (the two qwen2.5-32b-instruct-awq captures) count as a verified +1.
+    captures = tmp_path / "captures"
+    shutil.copytree(EXAMPLES, captures)
+    tracker = SqliteTracker.for_captures(captures)
+    try:
+        summary = run_captures(captures, engine, tracker)
+        issues = tracker.issues()
+    finally:
+        tracker.close()
+    assert summary.plus_one == 1 and summary.filed_new == len(issues) > 0
+    assert all(i["title"].startswith("[acme] [loop][") for i in issues)
+
+
+# -- loop_register_trackers --------------------------------------------------
+
+
+class Recorder:
+    """An in-memory tracker: one issue per verified tuple, one count per submission."""
+
+    def __init__(self, store: RecorderStore, options: Any) -> None:
+        self.store, self.options = store, options
+        self.name = store.name
+
+    def file(self, draft: Any, occurrence: Any) -> Any:
+        from loop_core import FileAction, FileResult
+        from loop_core.dedup import body_tuple_matches
+
+        self.store.drafts.append(draft)
+        number = next((n for n, issue in enumerate(self.store.issues, 1)
+                       if issue["hash"] == draft.dedup_hash and body_tuple_matches(issue["body"], draft.key)),
+                      None)
+        if number is None:
+            self.store.issues.append({"hash": draft.dedup_hash, "title": draft.title, "body": draft.body,
+                                      "submissions": [occurrence.submission]})
+            return FileResult(FileAction.OPENED, draft.dedup_hash, len(self.store.issues))
+        issue = self.store.issues[number - 1]
+        if occurrence.submission in issue["submissions"]:
+            return FileResult(FileAction.ALREADY_COUNTED, draft.dedup_hash, number)
+        issue["submissions"].append(occurrence.submission)
+        return FileResult(FileAction.PLUS_ONE, draft.dedup_hash, number)
+
+    def close(self) -> None:
+        self.store.closed += 1
+
+
+class RecorderStore:
+    """The plugin: registers the ``recorder`` tracker and keeps what it was given across runs."""
+
+    def __init__(self, name: str = "recorder") -> None:
+        self.name = name
+        self.drafts: list[Any] = []
+        self.issues: list[dict[str, Any]] = []
+        self.options: list[Any] = []
+        self.closed = 0
+
+    def factory(self, options: Any) -> Recorder:
+        self.options.append(options)
+        return Recorder(self, options)
+
+    @hookimpl
+    def loop_register_trackers(self, register: Callable[[Any], None]) -> None:
+        from loop_core import TrackerSpec
+
+        register(TrackerSpec(self.name, self.factory, "in memory, for tests"))
+
+
+@pytest.fixture
+def cli_uses_pm(pm: pluggy.PluginManager, monkeypatch: pytest.MonkeyPatch) -> pluggy.PluginManager:
+    """Make every plugin manager the CLI builds in this process be ``pm`` (undone afterwards)."""
+    import sys
+
+    from loop_core import plugins
+
+    original = plugins.make_plugin_manager
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("loop_core") and \
+                getattr(module, "make_plugin_manager", None) is original:
+            monkeypatch.setattr(module, "make_plugin_manager", lambda **_kw: pm)
+    return pm
+
+
+def _cli(*args: Any) -> Any:
+    from click.testing import CliRunner
+
+    from loop_core.cli import cli
+
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_hook_loop_register_trackers(cli_uses_pm: pluggy.PluginManager, register_plugin: Register,
+                                     tmp_path: Path) -> None:
+    import json
+
+    from loop_core.dedup import body_tuple_matches
+
+    captures = tmp_path / "captures"
+    shutil.copytree(EXAMPLES, captures)
+    store = register_plugin(RecorderStore(), "acme-trackers")
+    assert isinstance(store, RecorderStore)
+
+    dry = json.loads(_cli("run", captures, "--dry-run", "--format", "json").stdout)
+    assert store.options == []  # a dry run builds no tracker
+
+    result = _cli("run", captures, "--tracker", "recorder", "--repo", "acme/rig", "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["tracker"] == "recorder"
+    # The factory got the captures folder and --repo, once; the tracker was closed.
+    assert [(o.captures, o.repo) for o in store.options] == [(captures, "acme/rig")]
+    assert store.closed == 1
+    # Every fileable failure reached the plugin's tracker, and its answers are the counts.
+    assert len(store.drafts) == dry["would_file"] > 0
+    assert data["filed_new"] == len(store.issues) == len({d.dedup_hash for d in store.drafts})
+    assert data["plus_one"] == len(store.drafts) - len(store.issues) == 1
+    assert all(body_tuple_matches(d.body, d.key) for d in store.drafts)
+    assert not (captures / "_loop").exists()  # nothing went to the built-in sqlite tracker
+
+    # A second run counts nothing twice: the plugin's tracker says already-counted.
+    again = json.loads(_cli("run", captures, "--tracker", "recorder", "--format", "json").stdout)
+    assert again["filed_new"] == again["plus_one"] == 0
+    assert again["already_counted"] >= dry["would_file"]
+
+    # spool replay drains into a plugin's tracker as well.
+    spooled = json.loads(_cli("run", captures, "--tracker", "spool", "--format", "json").stdout)
+    assert spooled["spooled"] == dry["would_file"]
+    replay = _cli("spool", "replay", captures, "--tracker", "recorder")
+    assert replay.exit_code == 0, replay.output
+    assert (f"into recorder: already-counted {dry['would_file']}; {len(store.issues)} drained, "
+            "0 still spooled") in replay.stdout
+    assert not list((captures / "_dedup-queue").glob("*.json"))
+
+    # An unknown name lists the plugin's tracker beside the built-ins.
+    unknown = _cli("run", captures, "--tracker", "nope")
+    assert unknown.exit_code == 2
+    assert "unknown tracker (trackers: github, recorder, spool, sqlite)" in unknown.stderr
+
+
+def test_hook_loop_register_trackers_duplicate_names_both_plugins(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Register, tmp_path: Path) -> None:
+    from loop_core.plugins import collect
+
+    register_plugin(RecorderStore("sqlite"), "acme-trackers")
+    with pytest.raises(PluginError, match=r"tracker 'sqlite' registered twice") as err:
+        collect(cli_uses_pm, "loop_register_trackers", lambda spec: spec.name, "tracker")
+    assert "'loop_rules.trackers'" in str(err.value) and "'acme-trackers'" in str(err.value)
+
+    write_bundle(tmp_path / "captures" / "b", make_bundle("torch.cuda.OutOfMemoryError: CUDA out of memory"))
+    result = _cli("run", tmp_path / "captures")
+    assert result.exit_code == 2
+    assert result.stderr == ("Error: tracker 'sqlite' registered twice: by plugin 'acme-trackers' "
+                             "and by plugin 'loop_rules.trackers'\n")
