@@ -63,7 +63,9 @@ MANIFEST_KEYS_V2 = frozenset(
 )
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# An unterminated string matches to the end of the text rather than failing:
+# a failed match would be retried at every later quote, which is quadratic.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 _BRACKET = re.compile(r"[\[\]{}]")
 
 
@@ -165,7 +167,7 @@ def read_bundle(path: str | os.PathLike[str], *, limits: ReadLimits | None = Non
     root = Path(path)
     try:
         st = os.stat(root)
-    except OSError as e:
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
         raise BundleError(f"{root}: no such bundle directory", path=root) from e
     if not stat.S_ISDIR(st.st_mode):
         raise BundleError(f"{root}: not a directory", path=root)
@@ -202,7 +204,8 @@ def _read_capture(root: Path, manifest: dict[str, Any], limits: ReadLimits) -> B
             raise BundleError(f"{root / name}: schema must be 1, got {doc['schema']!r}", path=root)
         _expect_point(root, name, doc, point)
         parts.append(doc)
-    pt5 = _read_object(root, PT5, limits)
+    # §2.2.7: pt5 is read only if it "exists as a file"; a directory is ignored.
+    pt5 = None if (root / PT5).is_dir() else _read_object(root, PT5, limits)
     if pt5 is not None:
         _expect_point(root, PT5, pt5, "override_capture")
     return Bundle(root, 1, manifest, parts[0], parts[1], parts[2], parts[3], pt5)
