@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 DEFAULT_REGEX_TIMEOUT = 0.25  # seconds per regex search
+_TOKEN_MIN = 2048  # below this, scanning the text is cheaper than building its word set
 OPERATORS = ("regex", "contains", "equals", "in", "exists", "truthy")
 COMBINATORS = ("all", "any", "not")
 TOP_LEVEL = ("manifest", "pt1", "pt2", "pt3", "pt4", "pt5", "signal")
@@ -273,8 +274,10 @@ class Select(Condition):
             if not isinstance(value, str):
                 return False, ""
             try:
-                m = self.operand.search(value, timeout=self.timeout,
-                                        lowered=view.lowered(value) if value.isascii() else None)
+                ascii_text = value.isascii()
+                m = self.operand.search(
+                    value, timeout=self.timeout, lowered=view.lowered(value) if ascii_text else None,
+                    tokens=(lambda: view.tokens(value)) if ascii_text and len(value) > _TOKEN_MIN else None)
             except TimeoutError:
                 view.warnings.append(
                     f"regex {self.operand.pattern!r} on {self.selector.text} timed out after "

@@ -20,7 +20,7 @@ the pattern runs on the whole text, as written. Property tests check that
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import regex
@@ -60,6 +60,7 @@ def _best(candidates: list[frozenset[str]]) -> frozenset[str] | None:
     usable = [c for c in candidates if c and min(map(len, c)) >= MIN_LITERAL]
     if not usable:
         return None
+
     return max(usable, key=lambda c: (min(map(len, c)), -len(c)))
 
 
@@ -151,26 +152,58 @@ def _line_local(items: Iterable[Any], flags: int) -> bool:
     return True
 
 
+def _anchor(literal: str) -> str | None:
+    words = literal.split(" ")
+    inner = [w for w in words[1:-1] if w and not any(c.isspace() for c in w)]
+    return max(inner, key=len) if inner else None
+
+
 def required_literals(pattern: str) -> frozenset[str] | None:
     """Lower-cased literals one of which every match contains, or None when unknown."""
     if _UNPARSED_SYNTAX.search(pattern):
         return None
+
+    def _present(self, low: str, tokens: Callable[[], frozenset[str]] | None) -> list[str]:
+        assert self.literals is not None
+        words = tokens() if tokens is not None and any(self.anchors) else None
+        out = []
+        for lit, anchor in zip(self.literals, self.anchors):
+            if words is not None and anchor is not None and anchor not in words:
+                continue
+            if lit in low:
+                out.append(lit)
+        return out
     try:
         parsed = sre_parse.parse(pattern)
     except Exception:  # noqa: BLE001 - regex-module syntax the stdlib parser does not know
         return None
+
+    def _present(self, low: str, tokens: Callable[[], frozenset[str]] | None) -> list[str]:
+        assert self.literals is not None
+        words = tokens() if tokens is not None and any(self.anchors) else None
+        out = []
+        for lit, anchor in zip(self.literals, self.anchors):
+            if words is not None and anchor is not None and anchor not in words:
+                continue
+            if lit in low:
+                out.append(lit)
+        return out
     return _required(parsed)
 
 
 class GuardedRegex:
     """A compiled ``regex`` pattern whose searches skip text that cannot match."""
 
-    __slots__ = ("compiled", "pattern", "literals", "line_local")
+    __slots__ = ("compiled", "pattern", "literals", "anchors", "line_local")
 
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
         self.pattern: str = compiled.pattern
         self.literals: tuple[str, ...] | None = None
+        # Per literal, a word it holds between two spaces (or None): such a word is a
+        # whitespace-separated token of any text holding the literal, so a set lookup
+        # can rule the literal out without scanning the text.
+        self.anchors: tuple[str | None, ...] = ()
         self.line_local = False
         if _UNPARSED_SYNTAX.search(self.pattern):
             return
@@ -185,22 +218,26 @@ class GuardedRegex:
         lits = _required(parsed)
         if lits is not None:
             self.literals = tuple(sorted(lits, key=len, reverse=True))
+            self.anchors = tuple(_anchor(lit) for lit in self.literals)
             self.line_local = _line_local(parsed, parsed.state.flags)
 
-    def search(self, text: str, *, timeout: float | None = None, lowered: str | None = None) -> Any:
+    def search(self, text: str, *, timeout: float | None = None, lowered: str | None = None,
+               tokens: Callable[[], frozenset[str]] | None = None) -> Any:
         """Like ``compiled.search(text, timeout=...)``: the same match object or None.
 
         :param lowered: ``text.lower()`` if the caller has it (it is computed otherwise).
+        :param tokens: returns ``frozenset(lowered.split())``, for callers that cache it.
         """
         if self.literals is None or not text.isascii():
             return self.compiled.search(text, timeout=timeout)
         low = lowered if lowered is not None else text.lower()
-        if not self.line_local:
-            if any(lit in low for lit in self.literals):
-                return self.compiled.search(text, timeout=timeout)
+        present = self._present(low, tokens)
+        if not present:
             return None
+        if not self.line_local:
+            return self.compiled.search(text, timeout=timeout)
         starts: set[int] = set()
-        for lit in self.literals:
+        for lit in present:
             at = low.find(lit)
             while at >= 0:
                 starts.add(low.rfind("\n", 0, at) + 1)
@@ -213,3 +250,15 @@ class GuardedRegex:
             if m is not None:
                 return m
         return None
+
+    def _present(self, low: str, tokens: Callable[[], frozenset[str]] | None) -> list[str]:
+        """The required literals that occur in ``low`` (a token lookup first, when possible)."""
+        assert self.literals is not None
+        words = tokens() if tokens is not None and any(self.anchors) else None
+        out = []
+        for lit, anchor in zip(self.literals, self.anchors):
+            if words is not None and anchor is not None and anchor not in words:
+                continue
+            if lit in low:
+                out.append(lit)
+        return out

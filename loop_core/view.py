@@ -126,13 +126,14 @@ _MISSING = object()
 class View:
     """Lazy view document over one bundle; see :data:`SIGNALS` for the derived fields."""
 
-    __slots__ = ("bundle", "_signals", "_document", "_lowered", "warnings")
+    __slots__ = ("bundle", "_signals", "_document", "_lowered", "_tokens", "warnings")
 
     def __init__(self, bundle: Bundle) -> None:
         self.bundle = bundle
         self._signals: dict[str, Any] = {}
         self._document: dict[str, Any] | None = None
         self._lowered: dict[int, tuple[str, str]] = {}
+        self._tokens: dict[int, tuple[str, frozenset[str]]] = {}
         # Problems met while evaluating (e.g. a regex that timed out).
         self.warnings: list[str] = []
 
@@ -150,6 +151,14 @@ class View:
             value = SIGNALS[name][0](self.bundle)
             self._signals[name] = value
         return value
+
+    def tokens(self, text: str) -> frozenset[str]:
+        """The whitespace-separated words of ``text.lower()``, computed once per text object."""
+        hit = self._tokens.get(id(text))
+        if hit is None or hit[0] is not text:
+            hit = (text, frozenset(self.lowered(text).split()))
+            self._tokens[id(text)] = hit
+        return hit[1]
 
     def top(self, name: str) -> Any:
         """A top-level member of the document; ``_MISSING`` when absent."""

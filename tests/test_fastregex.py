@@ -54,10 +54,12 @@ def test_guarded_search_equals_plain_search(pattern: str, words: list[str]) -> N
     text = " ".join(words)
     compiled = regex.compile(pattern)
     plain = compiled.search(text)
-    fast = GuardedRegex(compiled).search(text)
-    assert (plain is None) == (fast is None)
-    if plain is not None:
-        assert plain.span() == fast.span()
+    guarded = GuardedRegex(compiled)
+    for fast in (guarded.search(text),
+                 guarded.search(text, lowered=text.lower(), tokens=lambda: frozenset(text.lower().split()))):
+        assert (plain is None) == (fast is None)
+        if plain is not None:
+            assert plain.span() == fast.span()
 
 
 def test_every_pack_pattern_is_analysed_without_error() -> None:
@@ -76,6 +78,12 @@ def test_every_pack_pattern_is_analysed_without_error() -> None:
 def test_required_literals(pattern: str, literals: set[str] | None) -> None:
     got = required_literals(pattern)
     assert (got if got is None else set(got)) == literals
+
+
+def test_anchor_words_are_interior_words() -> None:
+    g = GuardedRegex(regex.compile(r"(?i)no kernel image is available|flashattention"))
+    assert dict(zip(g.literals, g.anchors)) == {"no kernel image is available": "kernel",
+                                                "flashattention": None}
 
 
 def test_line_locality() -> None:
