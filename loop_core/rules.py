@@ -108,22 +108,16 @@ class RulePack:
         return tuple(r for r in self.rules if r.shadow)
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """Safe YAML that refuses anchors/aliases and duplicate keys, and keeps keys as text.
+_FastLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    Keys stay the text written in the file, so an exact-table fingerprint such
-    as ``012345670123`` is never read as a number (CONTRACTS §8.2.10).
+
+class _StrictLoader(_FastLoader):  # type: ignore[misc,valid-type]
+    """Safe YAML that refuses duplicate keys and keeps mapping keys as the text written.
+
+    Keys stay text, so an exact-table fingerprint such as ``012345670123`` is
+    never read as a number (CONTRACTS §8.2.10). Anchors and aliases are
+    refused before construction (:func:`_refuse_aliases`).
     """
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
-        if isinstance(event, yaml.AliasEvent):
-            raise yaml.constructor.ConstructorError(
-                None, None, "aliases are not allowed in rule files", event.start_mark)
-        if getattr(event, "anchor", None) is not None:
-            raise yaml.constructor.ConstructorError(
-                None, None, "anchors are not allowed in rule files", event.start_mark)
-        return super().compose_node(parent, index)
 
     def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
         if not isinstance(node, yaml.MappingNode):
@@ -148,9 +142,21 @@ _StrictLoader.add_constructor(
 )
 
 
+def _refuse_aliases(text: str) -> None:
+    """Anchors and aliases (the alias-bomb vector) are not allowed in rule files."""
+    for event in yaml.parse(text, Loader=_FastLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise yaml.constructor.ConstructorError(
+                None, None, "aliases are not allowed in rule files", event.start_mark)
+        if getattr(event, "anchor", None) is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, "anchors are not allowed in rule files", event.start_mark)
+
+
 def load_yaml_text(text: str, name: str = "<string>") -> Any:
     """Parse YAML with the strict rule-file loader; raises ``RuleError`` naming ``name``."""
     try:
+        _refuse_aliases(text)
         return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         raise RuleError(f"{name}: invalid YAML: {_yaml_message(e)}") from e
