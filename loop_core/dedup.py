@@ -17,12 +17,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from .bundle import Bundle
-from .keys import DedupKey, dedup_key, dedup_labels
+from .keys import (
+    SUBSTRING_LIMIT,
+    DedupKey,
+    dedup_key,
+    dedup_labels,
+    error_source,
+    normalize_text,
+)
 from .verdict import Classification
 
 __all__ = [
@@ -52,22 +60,31 @@ TITLE_LIMIT = 256
 BODY_LIMIT = 65_536
 TUPLE_FIELDS = DedupKey._fields
 
+# Token patterns need no word boundary before them ("MY_hf_..." is a token too), and
+# match any case: the error substring is lower-cased before it is shown.
 _SECRETS = (
-    (re.compile(r"\bhf_[A-Za-z0-9]{30,}"), "hf_<REDACTED>"),
-    (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,})"), "<REDACTED-GITHUB-TOKEN>"),
-    (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b"), "<REDACTED-AWS-KEY>"),
+    (re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}"), "hf_<REDACTED>"),
+    (re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,})"),
+     "<REDACTED-GITHUB-TOKEN>"),
+    (re.compile(r"(?i)(?<![A-Za-z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}(?![A-Za-z0-9])"),
+     "<REDACTED-AWS-KEY>"),
     (re.compile(r"(?i)\b(aws_secret_access_key|aws_session_token)(\s*[=:]\s*)[\"']?[A-Za-z0-9/+=]{16,}[\"']?"),
      r"\1\2<REDACTED>"),
     (re.compile(r"(?i)\b((?:hf|hugging_face_hub|huggingface|github|gh|openai|api)_?(?:token|key))(\s*[=:]\s*)[^\s\"',;]+"),
      r"\1\2<REDACTED>"),
     (re.compile(r"(?i)(authorization:\s*(?:bearer|token)\s+)[^\s\"']+"), r"\1<REDACTED>"),
-    (re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"), "<EMAIL>"),
-    (re.compile(r"/(?:home|Users)/[^/\s\"'`]+"), "~"),
+    # The look-behind keeps this linear: without it a long run of letters is tried
+    # from every position (quadratic: a 100 KB log line took minutes).
+    (re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"),
+     "<EMAIL>"),
+    (re.compile(r"(?i)/(?:home|Users)/[^/\s\"'`]+"), "~"),
     (re.compile(r"(?i)\b([A-Z]:\\Users\\)[^\\\s\"']+"), r"~"),
 )
-# C0/C1 controls except tab and newline, and the bidi embedding/override/isolate marks.
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
-_MENTION = re.compile(r"@(?=[A-Za-z0-9_-])")
+# C0/C1 controls except tab and newline, the bidi marks (ALM, LRM, RLM, embeddings,
+# overrides, isolates), the BOM, and lone surrogates (which no tracker can store).
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff"
+                       r"\ud800-\udfff]")
+_MENTION = re.compile(r"@(?=[\w-])")
 _BACKTICKS = re.compile(r"`+")
 
 
@@ -85,6 +102,8 @@ def sanitize(text: Any, *, inline: bool = False) -> str:
     """
     out = scrub_secrets(str(text))
     out = _CONTROLS.sub("", out.replace("\r\n", "\n").replace("\r", "\n"))
+    # Again: dropping a control or bidi mark may have joined the halves of a token.
+    out = scrub_secrets(out)
     out = _MENTION.sub("@\u200b", out)
     if inline:
         out = " ".join(out.split())
@@ -100,6 +119,51 @@ def fence(text: str, info: str = "") -> str:
     longest = max((len(m.group()) for m in _BACKTICKS.finditer(text)), default=0)
     ticks = "`" * max(3, longest + 1)
     return f"{ticks}{info}\n{text}\n{ticks}"
+
+
+def _fenced_within(text: str, room: int) -> str:
+    """``fence(text)``, the text cut (and marked with an ellipsis) so the whole block fits ``room``.
+
+    The block is always whole, closing fence included; "" when not even an
+    empty one fits. Cutting text never lengthens its fence, so two passes do.
+    """
+    block = fence(text)
+    keep = len(text)
+    while len(block) > room:
+        if keep == 0:
+            return ""
+        keep = max(0, keep - (len(block) - room) - 1)
+        block = fence(text[:keep] + "\u2026")
+    return block
+
+
+def _shown_substring(bundle: Bundle, substring: str) -> str:
+    """The error substring as the issue shows it: sanitized, and never half a secret.
+
+    The substring is the first 240 characters of the error text, so a token
+    may straddle the cut and be too short to recognise. Scrubbed with the
+    rest of the text it is recognised; keep only what both scrubbings share.
+    """
+    shown = sanitize(substring)
+    if len(substring) < SUBSTRING_LIMIT:
+        return shown
+    # What follows the cut, as far as any token reaches; not the whole (maybe huge) text.
+    whole = normalize_text(error_source(bundle)[1], None)[: len(substring) + 256]
+    if not whole.startswith(substring):
+        return shown
+    common = os.path.commonprefix([shown, sanitize(whole)])
+    return shown if common == shown else common + "\u2026"
+
+
+def _published(value: Any) -> Any:
+    """A canonical-payload value as an issue shows it: strings scrubbed of secrets."""
+    if isinstance(value, str):
+        return scrub_secrets(value)
+    if isinstance(value, list):
+        return [_published(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _published(v) for k, v in value.items()}
+    return value
 
 
 def _json_block_text(payload: dict[str, Any]) -> str:
@@ -233,7 +297,7 @@ def draft_issue(bundle: Bundle, verdict: Classification, *, evidence: str | None
         "",
         TUPLE_MARKER,
         "```json",
-        _json_block_text(canonical),
+        _json_block_text(_published(canonical)),
         "```",
         "",
         f"**Model:** {_escape_html(model).replace('`', chr(0x2018))}",
@@ -241,16 +305,19 @@ def draft_issue(bundle: Bundle, verdict: Classification, *, evidence: str | None
         "**Redacted error substring:**",
         "",
     ])
-    error = fence(sanitize(verdict.error_substring or ""))
-    tail = ""
-    if evidence:
-        tail = "\n\n**Final error (scrubbed):**\n\n" + fence(sanitize(evidence))
+    shown = _shown_substring(bundle, verdict.error_substring or "")
+    label = "\n\n**Final error (scrubbed):**\n\n"
+    error = fence(shown)
+    tail = label + fence(sanitize(evidence)) if evidence else ""
     body = head + error + tail
     if len(body) > BODY_LIMIT:
-        # Keep the tuple block whole; cut the free text.
-        budget = BODY_LIMIT - len(head) - 200
-        body = head + fence(sanitize(verdict.error_substring or "")[: max(budget, 0)]) + \
-            "\n\n_(evidence cut to fit the issue size limit)_"
+        # Keep the tuple block whole; cut the free text, each fence kept whole.
+        note = "\n\n_(evidence cut to fit the issue size limit)_"
+        error = _fenced_within(shown, BODY_LIMIT - len(head) - len(note))
+        room = BODY_LIMIT - len(head) - len(error) - len(note) - len(label)
+        block = _fenced_within(sanitize(evidence), room) if evidence else ""
+        body = head + error + (label + block if block else "") + note
+        # Still too long only when the key alone cannot fit an issue: nothing to keep whole then.
         body = body[:BODY_LIMIT]
     return IssueDraft(digest, key, verdict.failure_class.value, _title(verdict.failure_class.value,
                       bundle.manifest.get("model"), digest), body, labels, canonical)
@@ -259,13 +326,13 @@ def draft_issue(bundle: Bundle, verdict: Classification, *, evidence: str | None
 def plus_one_comment(draft: IssueDraft, occurrence: Occurrence) -> str:
     """§5.5 +1 comment; it also carries the submission so a replay is never counted twice."""
     payload = {
-        "club3090_commit": occurrence.commit,
+        "club3090_commit": _published(occurrence.commit),
         "dedup_hash": draft.dedup_hash,
         "failure_class": draft.failure_class,
         "kind": "dedup-plusone",
         "schema": SCHEMA,
         "submission_fingerprint": occurrence.submission,
-        "utc_ts": occurrence.utc_ts,
+        "utc_ts": _published(occurrence.utc_ts),
     }
     text = json.dumps(payload, sort_keys=True).replace("`", "\\u0060").replace("<", "\\u003c")
     return "\n".join([PLUSONE_MARKER, "Another capture hit this failure (dedup key verified).", "",
@@ -300,11 +367,15 @@ def parse_body_tuple(body: str) -> list[Any] | None:
 
 
 def body_tuple_matches(body: str, key: DedupKey) -> bool:
-    """§5.6: the body's tuple has seven values equal, as text, to the key's."""
+    """§5.6: the body's tuple has seven values equal, as text, to the key's.
+
+    A value that held a secret is shown scrubbed, so it also matches the
+    key's value scrubbed the same way.
+    """
     parsed = parse_body_tuple(body)
     if parsed is None or len(parsed) != len(key):
         return False
-    return all(str(a) == str(b) for a, b in zip(parsed, key))
+    return all(str(a) == str(b) or str(a) == scrub_secrets(str(b)) for a, b in zip(parsed, key))
 
 
 def plus_one_submission(comment: str) -> str | None:

@@ -1,0 +1,410 @@
+"""Hostile text through ``draft_issue``: what reaches a tracker stays inert, bounded and secret-free.
+
+Every draft is built the way the pipeline builds it: a bundle from
+``make_bundle`` with hostile text in the model slug, the architecture and the
+boot log excerpt, classified by the default engine, rendered by
+``draft_issue`` with the final error as evidence. The body is checked with a
+small CommonMark fence scanner of our own (not the renderer's helpers), so a
+fence that closes early or never closes is caught.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loop_core import Bundle, Classification, Engine
+from loop_core.dedup import (
+    BODY_LIMIT,
+    PLUSONE_MARKER,
+    SCHEMA,
+    TITLE_LIMIT,
+    TUPLE_MARKER,
+    IssueDraft,
+    body_tuple_matches,
+    draft_issue,
+    occurrence_of,
+    parse_body_tuple,
+    plus_one_comment,
+    plus_one_submission,
+    sanitize,
+    scrub_secrets,
+)
+from loop_core.keys import dedup_key
+from loop_core.testing import make_bundle
+from loop_core.view import View
+
+LABEL = re.compile(r"^[a-z0-9:._-]+$")
+BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+CONTROLS = "".join(chr(c) for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)])
+LIVE_MENTION = re.compile(r"@[\w-]")
+OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+# -- a tiny CommonMark fence scanner ----------------------------------------------
+
+_OPEN = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+
+
+@dataclass(frozen=True)
+class Block:
+    start: int  # line of the opening fence
+    end: int | None  # line of the closing fence; None when it never closes
+    fence: str
+    info: str
+    content: str
+
+
+def scan(markdown: str) -> tuple[list[Block], list[str]]:
+    """Fenced code blocks (CommonMark §4.5) and the lines outside them."""
+    lines = markdown.split("\n")
+    blocks: list[Block] = []
+    outside: list[str] = []
+    i = 0
+    while i < len(lines):
+        m = _OPEN.match(lines[i])
+        if m and not (m["fence"][0] == "`" and "`" in m["info"]):
+            char, n = m["fence"][0], len(m["fence"])
+            close = re.compile(rf"^ {{0,3}}{re.escape(char)}{{{n},}}[ \t]*$")
+            j = i + 1
+            while j < len(lines) and not close.match(lines[j]):
+                j += 1
+            blocks.append(Block(i, j if j < len(lines) else None, m["fence"], m["info"].strip(),
+                                "\n".join(lines[i + 1:j])))
+            i = j + 1
+            continue
+        outside.append(lines[i])
+        i += 1
+    return blocks, outside
+
+
+def test_the_scanner_itself() -> None:
+    blocks, outside = scan("a\n````py\nx\n```\n````\nb\n~~~\n```\n~~~~\n```\nopen")
+    assert [(b.fence, b.info, b.content, b.end) for b in blocks] == [
+        ("````", "py", "x\n```", 4), ("~~~", "", "```", 8), ("```", "", "open", None)]
+    assert outside == ["a", "b"]
+    assert scan("``` a`b\nnot a fence")[0] == []
+
+
+# -- building drafts ------------------------------------------------------------------
+
+
+def classified(engine: Engine, *, model: str = "acme/Model-7B", arch: str = "LlamaForCausalLM",
+               excerpt: str = OOM, manifest: dict[str, Any] | None = None) -> tuple[Bundle, Classification]:
+    bundle = make_bundle({"manifest": {"model": model, "model_id": model, "slug": model, "arch_family": arch,
+                                       **(manifest or {})},
+                          "pt3": {"failure_log_excerpt": excerpt}})
+    return bundle, engine.classify(bundle)
+
+
+def render(engine: Engine, **kw: Any) -> tuple[Bundle, Classification, IssueDraft, str]:
+    bundle, verdict = classified(engine, **kw)
+    evidence = View(bundle).signal("final_error")
+    draft = draft_issue(bundle, verdict, evidence=evidence)
+    # The built-in hook renders the same text (it drops evidence the substring already shows).
+    hooked = engine.pm.hook.loop_draft_issue(bundle=bundle, verdict=verdict)
+    assert hooked.dedup_hash == draft.dedup_hash and hooked.title == draft.title
+    check(bundle, verdict, hooked, hooked_evidence(bundle, verdict))
+    return bundle, verdict, draft, evidence
+
+
+def hooked_evidence(bundle: Bundle, verdict: Classification) -> str | None:
+    final = View(bundle).signal("final_error")
+    return final if final and final.lower() not in verdict.error_substring else None
+
+
+def published(value: Any) -> Any:
+    """A canonical value as an issue may show it: strings scrubbed of secrets."""
+    if isinstance(value, str):
+        return scrub_secrets(value)
+    if isinstance(value, list):
+        return [published(v) for v in value]
+    if isinstance(value, dict):
+        return {k: published(v) for k, v in value.items()}
+    return value
+
+
+def _prefix(content: str, full: str) -> bool:
+    """The block shows ``full``, or a cut of it marked with an ellipsis."""
+    if content == full:
+        return True
+    return content.endswith("\u2026") and full.startswith(content[:-1])
+
+
+def check(bundle: Bundle, verdict: Classification, draft: IssueDraft, evidence: str | None) -> None:
+    """Every invariant of a rendered issue."""
+    key = dedup_key(bundle, verdict.failure_class.value)
+    comment = plus_one_comment(draft, occurrence_of(bundle))
+    texts = {"title": draft.title, "body": draft.body, "comment": comment,
+             **{f"label{i}": label for i, label in enumerate(draft.labels)}}
+    # Bounded, valid Unicode.
+    assert len(draft.title) <= TITLE_LIMIT
+    assert len(draft.body) <= BODY_LIMIT
+    assert len(draft.labels) == 3
+    for label in draft.labels:
+        assert len(label) <= 50 and LABEL.match(label), label
+    for name, text in texts.items():
+        text.encode("utf-8")  # raises on a lone surrogate
+        assert not any(0xD800 <= ord(c) <= 0xDFFF for c in text), name
+        # No bidi marks anywhere, no control characters but newlines (and tabs in code).
+        assert not set(text) & set(BIDI), name
+        allowed = "\n\t" if name in ("body", "comment") else ""
+        assert not set(text) & (set(CONTROLS) - set(allowed)), (name, text)
+    assert "\n" not in draft.title and "\t" not in draft.title
+
+    # The fences: the tuple block, the error block, the evidence block; all closed, nothing else.
+    blocks, outside = scan(draft.body)
+    assert all(b.end is not None for b in blocks), "a fence never closes"
+    expected_blocks = 3 if evidence else 2
+    assert len(blocks) == expected_blocks, [b.info for b in blocks]
+    tuple_block, error_block = blocks[0], blocks[1]
+    assert tuple_block.info == "json" and draft.body.split("\n")[tuple_block.start - 1] == TUPLE_MARKER
+    assert json.loads(tuple_block.content) == published(draft.canonical)
+    parsed = parse_body_tuple(draft.body)
+    assert parsed == published(list(key))
+    assert body_tuple_matches(draft.body, key)
+    assert draft.canonical["tuple_ordered"] == list(key) and draft.canonical["schema"] == SCHEMA
+    assert error_block.info == ""
+    assert _prefix(error_block.content, sanitize(verdict.error_substring))
+    lines = draft.body.split("\n")
+    after = lines[error_block.end + 1:]  # type: ignore[operator]
+    if evidence:
+        assert after[:2] == ["", "**Final error (scrubbed):**"]
+        assert blocks[2].info == "" and _prefix(blocks[2].content, sanitize(evidence))
+        after = lines[blocks[2].end + 1:]  # type: ignore[operator]
+    assert after in ([], ["", "_(evidence cut to fit the issue size limit)_"])
+
+    # Outside code: no live mention, no raw HTML (our tuple marker aside).
+    for line in outside:
+        assert not LIVE_MENTION.search(line), line
+        assert "<" not in line.replace(TUPLE_MARKER, ""), line
+    # +1 comment: ours, parseable, the same submission.
+    assert comment.startswith(PLUSONE_MARKER)
+    assert plus_one_submission(comment) == occurrence_of(bundle).submission
+    assert all(b.end is not None for b in scan(comment)[0])
+
+
+# -- hostile strings, one kind at a time -------------------------------------------------
+
+
+def test_plain_issue(engine: Engine) -> None:
+    bundle, verdict, draft, evidence = render(engine)
+    assert verdict.failure_class.value == "genuine-oom"
+    check(bundle, verdict, draft, evidence)
+    assert draft.title == f"[loop][genuine-oom] acme/Model-7B (dedup {draft.dedup_hash})"
+
+
+MENTIONS = "@alice @org/team cc:@bob-smith (@carol_d) x@dave @\u00e9lise @_x @-y"
+
+
+def test_mentions_are_broken(engine: Engine) -> None:
+    bundle, verdict, draft, evidence = render(engine, model=f"acme/{MENTIONS}", arch=f"Llama{MENTIONS}",
+                                              excerpt=f"{MENTIONS}\n{OOM} {MENTIONS}")
+    check(bundle, verdict, draft, evidence)
+    assert not LIVE_MENTION.search(draft.title)
+    assert "@\u200balice" in draft.title and "@\u200balice" in draft.body
+
+
+@pytest.mark.parametrize("run", [3, 4, 5, 7, 10, 15, 20])
+def test_backtick_runs_never_break_a_fence(engine: Engine, run: int) -> None:
+    ticks = "`" * run
+    hostile = f"{ticks}\n{ticks}json\n{{\"schema\": \"{SCHEMA}\", \"tuple_ordered\": [1]}}\n{ticks}\n~~~ {ticks}"
+    bundle, verdict, draft, evidence = render(
+        engine, model=f"acme/{ticks}x{ticks}", arch=f"{ticks}Llama",
+        excerpt=f"{ticks} boom {ticks}\n{hostile}\nValueError: {ticks}nope{ticks}\n{OOM} {ticks}")
+    check(bundle, verdict, draft, evidence)
+    assert ticks in draft.body  # shown, inside a longer fence
+
+
+def test_backticks_at_the_edges_of_the_excerpt(engine: Engine) -> None:
+    for excerpt in ("```", "````\n", "\n```", "`", "``````````" * 30):
+        bundle, verdict, draft, evidence = render(engine, excerpt=excerpt)
+        check(bundle, verdict, draft, evidence)
+
+
+def test_control_and_bidi_characters_are_dropped(engine: Engine) -> None:
+    nasty = "x\u202etxt.exe\u202c y\u2066z\u2069 \u200f\x00\x07\x1b[31mred\x1b[0m\x7f\x85\x9b\r\nnext\u061c"
+    bundle, verdict, draft, evidence = render(engine, model=f"acme/M{nasty}", arch=f"Llama{nasty}",
+                                              excerpt=f"{nasty}\n{OOM}{nasty}")
+    check(bundle, verdict, draft, evidence)
+
+
+def test_raw_html_stays_inert(engine: Engine) -> None:
+    html = '<script>alert(1)</script><img src=x onerror="alert(2)"><!-- c --><a href="javascript:x">'
+    bundle, verdict, draft, evidence = render(engine, model=f"acme/{html}", arch=f"Llama{html}",
+                                              excerpt=f"{html}\n{OOM} {html}")
+    check(bundle, verdict, draft, evidence)
+    assert "&lt;script&gt;" in draft.body  # escaped in the model line
+
+
+def test_a_100_kb_excerpt_is_cut_to_the_limits(engine: Engine) -> None:
+    line = "frame " * 20_000  # one 120 KB line: the final error is huge too
+    bundle, verdict, draft, evidence = render(engine, model="acme/" + "M" * 5000, arch="Llama" * 200,
+                                              excerpt=f"{line}\n{OOM} " + "`" * 25 + "x" * 100_000)
+    assert len(evidence) > BODY_LIMIT
+    check(bundle, verdict, draft, evidence)
+    assert len(draft.title) == TITLE_LIMIT and draft.title.endswith(f"\u2026 (dedup {draft.dedup_hash})")
+    assert draft.body.endswith("_(evidence cut to fit the issue size limit)_")
+    assert len(draft.body) > BODY_LIMIT - 1000  # the evidence was cut, not dropped
+
+
+def test_many_backticks_in_a_huge_excerpt_keep_the_fence_closed(engine: Engine) -> None:
+    bundle, verdict, draft, evidence = render(engine, excerpt=f"{OOM}\nValueError: " + "`" * 70_000)
+    check(bundle, verdict, draft, evidence)
+
+
+def _emoji_bundle(engine: Engine, room: int, shift: int) -> tuple[Bundle, Classification, IssueDraft, str]:
+    emoji = "\U0001F600\U0001F4A5\U0001F9EA"
+    return render(engine, model="acme/" + "m" * (room - 7) + emoji * 20, arch="Llama" + emoji,
+                  excerpt="\U0001F600" * (236 + shift) + f"\n{OOM}\nValueError: " + "a" * shift + emoji * 25_000)
+
+
+@pytest.mark.parametrize("shift", range(4))
+def test_four_byte_emoji_at_the_cuts(engine: Engine, shift: int) -> None:
+    prefix = len("[loop][genuine-oom] ")
+    suffix = len(" (dedup 0123456789ab)")
+    room = TITLE_LIMIT - prefix - suffix  # where the title cuts the model name
+    bundle, verdict, draft, evidence = _emoji_bundle(engine, room + shift, shift)
+    check(bundle, verdict, draft, evidence)
+    assert len(evidence) > BODY_LIMIT and draft.body.endswith("_(evidence cut to fit the issue size limit)_")
+    for text in (draft.title, draft.body):
+        assert text.encode("utf-8").decode("utf-8") == text
+        assert "\ufffd" not in text
+
+
+SECRETS = {
+    "hf": "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567",
+    "ghp": "ghp_0123456789abcdefghijABCDEFGHIJ012345",
+    "github_pat": "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUV01234",
+    "aws_key_id": "AKIAIOSFODNN7EXAMPLE",
+    "aws_secret": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "email": "carol.smith+ci@example-corp.co.uk",
+    "home": "/home/alice",
+    "users": "/Users/bob",
+}
+CONTEXT = {
+    "hf": "HF_TOKEN={}",
+    "ghp": "remote: https://x-access-token:{}@github.com/acme/rig",
+    "github_pat": "token {} rejected",
+    "aws_key_id": "AccessKeyId: {}",
+    "aws_secret": "aws_secret_access_key={}",
+    "email": "contact {} for access",
+    "home": "File \"{}/venv/lib/python3.11/site-packages/vllm/x.py\"",
+    "users": "open('{}/Library/Caches/model.bin')",
+}
+
+
+def leaked(secret: str, *texts: str) -> bool:
+    low = secret.lower()  # the error substring is lower-cased: a lower-cased secret is still one
+    return any(low in t.lower() for t in texts)
+
+
+def assert_no_secret(bundle: Bundle, draft: IssueDraft, secret: str) -> None:
+    comment = plus_one_comment(draft, occurrence_of(bundle))
+    assert not leaked(secret, draft.title, draft.body, comment, *draft.labels), secret
+
+
+@pytest.mark.parametrize("kind", sorted(SECRETS))
+def test_secrets_never_reach_the_issue(engine: Engine, kind: str) -> None:
+    secret = SECRETS[kind]
+    line = CONTEXT[kind].format(secret)
+    for where in ("excerpt-first", "excerpt-last", "model", "manifest"):
+        kw: dict[str, Any] = {}
+        if where == "excerpt-first":
+            kw["excerpt"] = f"{line}\n{OOM}"
+        elif where == "excerpt-last":
+            kw["excerpt"] = f"{OOM}\nRuntimeError: {line}"
+        elif where == "model":
+            kw["model"] = f"acme/{line}"
+        else:  # fields that only the +1 comment shows
+            kw["manifest"] = {"club3090_commit": line, "utc_ts": line}
+        bundle, verdict, draft, evidence = render(engine, **kw)
+        check(bundle, verdict, draft, evidence)
+        assert_no_secret(bundle, draft, secret)
+
+
+def test_secret_split_by_an_invisible_mark_is_still_scrubbed(engine: Engine) -> None:
+    secret = SECRETS["hf"]
+    for mark in ("\u200e", "\u202e", "\x00", "\x1b", "\u2066"):
+        split = secret[:10] + mark + secret[10:]
+        bundle, verdict, draft, evidence = render(engine, model=f"acme/{split}",
+                                                  excerpt=f"HF_TOKEN2 {split}\n{OOM}\nValueError: {split}")
+        check(bundle, verdict, draft, evidence)
+        assert not leaked(secret, draft.title, draft.body)
+
+
+def test_a_secret_cut_by_the_substring_limit_is_not_shown_in_part(engine: Engine) -> None:
+    secret = SECRETS["github_pat"]
+    for pad in range(200, 240, 7):
+        bundle, verdict, draft, evidence = render(engine, excerpt="x" * pad + " " + secret + f"\n{OOM}")
+        check(bundle, verdict, draft, evidence)
+        assert len(verdict.error_substring) == 240
+        error = scan(draft.body)[0][1].content
+        # No tail of the token's head survives (its first 12 characters are too few to matter).
+        cut = verdict.error_substring[verdict.error_substring.rfind(" ") + 1:]
+        assert len(cut) < 12 or cut not in error
+
+
+def test_all_secrets_at_once(engine: Engine) -> None:
+    # A bare AWS secret key is 40 base64 characters like any other: only its context tells.
+    in_context = [CONTEXT[k].format(SECRETS[k]) for k in sorted(SECRETS)]
+    bundle, verdict, draft, evidence = render(engine, model="acme/" + " ".join(in_context),
+                                              excerpt="\n".join(in_context) + f"\n{OOM}\nValueError: "
+                                              + " ".join(in_context),
+                                              manifest={"club3090_commit": " ".join(in_context)})
+    check(bundle, verdict, draft, evidence)
+    for secret in SECRETS.values():
+        assert_no_secret(bundle, draft, secret)
+
+
+def test_the_tuple_still_verifies_when_the_key_holds_a_secret(engine: Engine) -> None:
+    """The issue shows a scrubbed tuple; the raw key must still find it (no duplicate issues)."""
+    bundle, verdict, draft, _evidence = render(engine, model=f"acme/{SECRETS['hf']}")
+    key = dedup_key(bundle, verdict.failure_class.value)
+    assert body_tuple_matches(draft.body, key)
+    other = key._replace(model_id="acme/another-model")
+    assert not body_tuple_matches(draft.body, other)
+    round_trip = IssueDraft.from_spool(json.loads(json.dumps(draft.spool_payload())))
+    assert round_trip.key == key and body_tuple_matches(round_trip.body, round_trip.key)
+
+
+# -- arbitrary text --------------------------------------------------------------------------
+
+HOSTILE_ALPHABET = st.sampled_from(
+    list("`~@<>&\"'\\/_-:=.# \n\t\r*[]()!|") + list(BIDI) + list(CONTROLS[:4]) + ["\x1b", "\x85", "\u200b",
+                                                                                   "\u2028", "\ufeff",
+                                                                                   "\U0001F600", "\u00e9"])
+TEXT = st.text(st.one_of(HOSTILE_ALPHABET, st.characters()), max_size=400)
+SEPARATORS = st.sampled_from([" ", "\n", "\t", "=", ":", "/", "(", ")", "'", "\"", "`", "<", ">", ",", ";",
+                              "\u202e", "\x00", "\u2066"])
+
+
+@st.composite
+def hostile(draw: st.DrawFn) -> tuple[str, str, str, list[str]]:
+    secrets = draw(st.lists(st.sampled_from(sorted(SECRETS)), max_size=3))
+    parts = [draw(TEXT)]
+    for kind in secrets:
+        parts += [draw(SEPARATORS), CONTEXT[kind].format(SECRETS[kind]), draw(SEPARATORS), draw(TEXT)]
+    excerpt = "".join(parts)
+    if draw(st.booleans()):
+        excerpt += "\n" + OOM
+    model = draw(TEXT) or "m"
+    arch = draw(TEXT)
+    return model, arch, excerpt, [SECRETS[k] for k in secrets]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(case=hostile())
+def test_arbitrary_text_keeps_every_invariant(engine: Engine, case: tuple[str, str, str, list[str]]) -> None:
+    model, arch, excerpt, secrets = case
+    bundle, verdict, draft, evidence = render(engine, model=model, arch=arch, excerpt=excerpt)
+    check(bundle, verdict, draft, evidence or None)
+    for secret in secrets:
+        assert_no_secret(bundle, draft, secret)

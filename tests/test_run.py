@@ -1,0 +1,399 @@
+"""The main job, ``loop-rules run``, end to end on the example captures.
+
+Every test works on a copy of ``examples/pull-captures`` under ``tmp_path``;
+nothing is ever written into the repository.
+
+The expected numbers are pinned from the example set (24 bundles):
+
+- 1 unreadable (``broken-upload``: manifest misses two keys);
+- 3 successes (``lorbus-qwen3.6`` x2, ``qwen2.5-7b``): no failure, not filed;
+- 20 failures: benign-cold-start 2 (gemma, phi-4: suppressed), unknown 5
+  (deepseek, smollm3, qwen3-14b and the gate-only llama-3.3-70b and
+  qwen3-235b: review queue, 5 distinct keys), and 13 fileable ones
+  (genuine-oom 4, kernel-unsupported 4, overlay-arch-drift 2,
+  quant-unsupported 3) over 12 distinct dedup keys: the two
+  ``qwen2.5-32b-instruct-awq`` captures share ``68d6198d1b55``, so 12 new
+  issues and one +1;
+- 5 success anchors: the two lorbus captures agree on the consensus key
+  (validated), gemma, intel-qwen3-30b and qwen2.5-7b stand alone (candidate).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from loop_core import Engine
+from loop_core.cli import cli
+from loop_core.dedup import SCHEMA, TUPLE_MARKER, body_tuple_matches, parse_body_tuple
+from loop_core.keys import DedupKey
+from loop_core.pipeline import run_captures
+from loop_core.plugins import AUTOLOAD_ENV
+from loop_core.trackers import SqliteTracker
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pull-captures"
+
+BY_CLASS = {
+    "benign-cold-start": 2,
+    "genuine-oom": 4,
+    "kernel-unsupported": 4,
+    "overlay-arch-drift": 2,
+    "quant-unsupported": 3,
+    "unknown": 5,
+}
+EXPECTED = {
+    "bundles": 24,
+    "reader_errors": 1,
+    "by_class": BY_CLASS,
+    "filed_new": 12,
+    "plus_one": 1,
+    "already_counted": 0,
+    "review_queued": 5,
+    "suppressed": 2,
+    "spooled": 0,
+    "successes": 3,
+    "anchors": {"raw": 0, "candidate": 3, "validated": 2, "tier1": 0},
+    "would_file": 0,
+    "dry_run": False,
+    "tracker": "sqlite",
+}
+FILEABLE = 13  # occurrences of fileable failures
+ISSUES = 12  # distinct dedup keys among them
+UNKNOWN = 5  # unknown occurrences, each its own review key
+REPEATED = "68d6198d1b55"  # the key both qwen2.5-32b-instruct-awq captures hit
+SPOOL_KEYS = {"body", "canonical", "dedup_hash", "kind", "labels", "schema", "title", "occurrences"}
+
+
+@pytest.fixture(autouse=True)
+def _builtins_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Installed third-party plugins must not change the pinned numbers."""
+    monkeypatch.setenv(AUTOLOAD_ENV, "1")
+
+
+@pytest.fixture
+def captures(tmp_path: Path) -> Path:
+    target = tmp_path / "captures"
+    shutil.copytree(EXAMPLES, target)
+    return target
+
+
+def invoke(*args: Any, code: int = 0) -> Result:
+    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    return result
+
+
+def run_json(captures: Path, *extra: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(invoke("run", captures, "--format", "json", *extra).stdout)
+    return data
+
+
+def summary_part(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: data[k] for k in EXPECTED}
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def db_rows(captures: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    db = sqlite3.connect(captures / "_loop" / "tracker.sqlite")
+    try:
+        issues = db.execute("SELECT id, dedup_hash, failure_class, title, body FROM issues ORDER BY id").fetchall()
+        occ = db.execute("SELECT submission, dedup_hash, issue_id FROM occurrences "
+                         "ORDER BY submission, dedup_hash").fetchall()
+    finally:
+        db.close()
+    return issues, occ
+
+
+def review_files(captures: Path) -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text(encoding="utf-8"))
+            for p in sorted((captures / "_review-queue").glob("*.json"))}
+
+
+# -- the summary ------------------------------------------------------------
+
+
+def test_run_json_summary_of_the_examples(captures: Path) -> None:
+    data = run_json(captures)
+    assert summary_part(data) == EXPECTED
+    assert data["rules_version"]
+    # The unreadable bundle is counted and listed, and the run still exits 0.
+    assert [Path(e["bundle"]).relative_to(captures).parts[0] for e in data["errors"]] == ["broken-upload"]
+    assert "missing keys" in data["errors"][0]["message"]
+    issues, occ = db_rows(captures)
+    assert len(issues) == ISSUES and len(occ) == FILEABLE
+    assert len({h for _i, h, *_ in issues}) == ISSUES
+    assert sorted(review_files(captures)) and len(review_files(captures)) == UNKNOWN
+
+
+def test_run_captures_gives_the_same_summary(captures: Path, engine: Engine) -> None:
+    tracker = SqliteTracker.for_captures(captures)
+    try:
+        summary = run_captures(captures, engine, tracker)
+    finally:
+        tracker.close()
+    data = summary.to_dict()
+    assert summary_part(data) == EXPECTED
+    assert data["rules_version"] == engine.pack.version
+    assert len(data["errors"]) == 1
+    # The CLI over the same folder now finds everything counted.
+    again = run_json(captures)
+    assert again["already_counted"] == FILEABLE + UNKNOWN
+    assert again["filed_new"] == again["plus_one"] == again["review_queued"] == 0
+
+
+def test_run_table_output(captures: Path) -> None:
+    out = invoke("run", captures).stdout
+    assert f"24 bundle(s) under {captures}" in out
+    assert "filed into sqlite: 12 new, 1 +1, 0 already counted, 0 spooled" in out
+    assert "review queue: 5 newly queued; suppressed (benign): 2" in out
+    assert "success anchors: raw 0, candidate 3, validated 2, tier1 0" in out
+    assert "unreadable bundles: 1" in out
+    assert f"browse: loop-rules tracker list {captures}" in out
+
+
+def test_second_run_files_nothing_and_counts_nothing_twice(captures: Path) -> None:
+    first = run_json(captures)
+    issues, occ = db_rows(captures)
+    queue = review_files(captures)
+    second = run_json(captures)
+    assert second["filed_new"] == second["plus_one"] == second["review_queued"] == 0
+    assert second["already_counted"] == first["filed_new"] + first["plus_one"] + first["review_queued"]
+    assert second["already_counted"] == FILEABLE + UNKNOWN
+    assert second["by_class"] == first["by_class"] and second["anchors"] == first["anchors"]
+    assert db_rows(captures) == (issues, occ)
+    assert review_files(captures) == queue
+    for doc in queue.values():
+        assert doc["kind"] == "review-queue" and doc["schema"] == SCHEMA
+        assert len(doc["occurrences"]) == 1
+
+
+def test_dry_run_writes_nothing(captures: Path) -> None:
+    before = tree(captures)
+    data = run_json(captures, "--dry-run")
+    assert data["dry_run"] is True and data["tracker"] == ""
+    assert data["would_file"] == FILEABLE
+    assert data["filed_new"] == data["plus_one"] == data["review_queued"] == data["already_counted"] == 0
+    assert data["by_class"] == BY_CLASS and data["anchors"] == EXPECTED["anchors"]
+    for name in ("_loop", "_review-queue", "_dedup-queue"):
+        assert not (captures / name).exists()
+    assert tree(captures) == before
+    out = invoke("run", captures, "--dry-run").stdout
+    assert "dry run: 13 would be filed; nothing was written" in out
+    assert tree(captures) == before
+
+
+# -- the spool and its replay ------------------------------------------------
+
+
+def test_spool_tracker_writes_would_be_issues(captures: Path) -> None:
+    data = run_json(captures, "--tracker", "spool")
+    assert data["tracker"] == "spool"
+    assert data["spooled"] == FILEABLE and data["filed_new"] == data["plus_one"] == 0
+    assert data["review_queued"] == UNKNOWN
+    assert not (captures / "_loop").exists()
+    files = sorted((captures / "_dedup-queue").glob("*.json"))
+    assert len(files) == ISSUES
+    total = 0
+    for path in files:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        assert set(doc) == SPOOL_KEYS
+        assert doc["kind"] == "would-be-issue" and doc["schema"] == SCHEMA
+        assert path.name == f"{doc['dedup_hash']}.json"
+        assert doc["canonical"]["dedup_hash"] == doc["dedup_hash"]
+        key = DedupKey(*doc["canonical"]["tuple_ordered"])
+        assert key.digest() == doc["dedup_hash"]
+        assert TUPLE_MARKER in doc["body"] and body_tuple_matches(doc["body"], key)
+        assert doc["labels"][:2] == [f"loop:dedup-{doc['dedup_hash']}", f"class:{key.failure_class}"]
+        assert doc["title"].endswith(f"(dedup {doc['dedup_hash']})")
+        subs = [o["submission"] for o in doc["occurrences"]]
+        assert len(subs) == len(set(subs))
+        assert len(subs) == (2 if doc["dedup_hash"] == REPEATED else 1)
+        total += len(subs)
+    assert total == FILEABLE
+    # Spooling again adds nothing.
+    before = tree(captures / "_dedup-queue")
+    again = run_json(captures, "--tracker", "spool")
+    assert again["spooled"] == 0 and again["already_counted"] == FILEABLE + UNKNOWN
+    assert tree(captures / "_dedup-queue") == before
+
+
+def test_spool_replay_drains_exactly_once(captures: Path) -> None:
+    run_json(captures, "--tracker", "spool")
+    out = invoke("spool", "replay", captures, "--tracker", "sqlite").stdout
+    assert out.strip() == ("replayed 12 spool file(s) into sqlite: opened 12, plusone 1; "
+                           "12 drained, 0 still spooled")
+    assert list((captures / "_dedup-queue").glob("*.json")) == []
+    issues, occ = db_rows(captures)
+    assert len(issues) == ISSUES and len(occ) == FILEABLE
+    out = invoke("spool", "replay", captures, "--tracker", "sqlite").stdout
+    assert out.strip() == "replayed 0 spool file(s) into sqlite: nothing to do; 0 drained, 0 still spooled"
+    assert db_rows(captures) == (issues, occ)
+    # The replayed occurrences are the ones a sqlite run would have filed.
+    data = run_json(captures)
+    assert data["filed_new"] == data["plus_one"] == 0
+    assert data["already_counted"] == FILEABLE + UNKNOWN
+    assert db_rows(captures) == (issues, occ)
+
+
+def test_spool_replay_into_the_spool_is_refused(captures: Path) -> None:
+    result = invoke("spool", "replay", captures, "--tracker", "spool", code=2)
+    assert "replaying the spool into itself" in result.stderr
+
+
+def test_spool_replay_after_a_sqlite_run_counts_nothing_twice(captures: Path) -> None:
+    run_json(captures, "--tracker", "spool")
+    run_json(captures)  # the same occurrences filed directly
+    issues, occ = db_rows(captures)
+    out = invoke("spool", "replay", captures).stdout
+    assert "already-counted 13" in out and "12 drained" in out
+    assert db_rows(captures) == (issues, occ)
+
+
+# -- browsing ------------------------------------------------------------------
+
+
+def test_tracker_list_and_show(captures: Path) -> None:
+    run_json(captures)
+    listed = json.loads(invoke("tracker", "list", captures, "--format", "json").stdout)
+    assert [i["id"] for i in listed] == list(range(1, ISSUES + 1))
+    assert sum(i["occurrences"] for i in listed) == FILEABLE
+    assert {i["dedup_hash"]: i["occurrences"] for i in listed}[REPEATED] == 2
+    assert all(i["state"] == "open" for i in listed)
+    assert {i["failure_class"] for i in listed} == set(BY_CLASS) - {"benign-cold-start", "unknown"}
+
+    table = invoke("tracker", "list", captures).stdout.splitlines()
+    assert table[0].split() == ["#", "COUNT", "CLASS", "DEDUP", "TITLE"]
+    assert table[-1] == f"{ISSUES} issue(s), {FILEABLE} occurrence(s)"
+    assert sum(REPEATED in line for line in table) == 1
+
+    number = next(i["id"] for i in listed if i["dedup_hash"] == REPEATED)
+    shown = invoke("tracker", "show", captures, str(number)).stdout
+    lines = shown.splitlines()
+    assert lines[0].startswith(f"#{number} [loop][genuine-oom] ") and lines[0].endswith(f"(dedup {REPEATED})")
+    assert lines[1] == f"labels: arch:qwen2forcausallm, class:genuine-oom, loop:dedup-{REPEATED}"
+    assert lines[2] == "state: open; occurrences: 2"
+    assert TUPLE_MARKER in shown
+    occ_lines = lines[lines.index("occurrences:") + 1:]
+    assert len(occ_lines) == 2 and all("qwen-qwen2.5-32b-instruct-awq" in line for line in occ_lines)
+
+    by_hash = json.loads(invoke("tracker", "show", captures, REPEATED, "--format", "json").stdout)
+    assert by_hash["id"] == number and by_hash["occurrences"] == 2
+    assert by_hash["labels"] == ["arch:qwen2forcausallm", "class:genuine-oom", f"loop:dedup-{REPEATED}"]
+    assert len(by_hash["occurrence_list"]) == 2
+    parsed = parse_body_tuple(by_hash["body"])
+    assert parsed is not None and DedupKey(*parsed).digest() == REPEATED
+
+    missing = invoke("tracker", "show", captures, "999", code=2)
+    assert "no issue '999'" in missing.stderr
+
+
+def test_tracker_list_before_any_run(captures: Path) -> None:
+    result = invoke("tracker", "list", captures, code=2)
+    assert "no tracker yet" in result.stderr
+    assert not (captures / "_loop").exists()
+
+
+def test_review_list(captures: Path) -> None:
+    empty = invoke("review", "list", captures).stdout
+    assert empty.strip().endswith("0 item(s) waiting for review")
+    run_json(captures)
+    items = json.loads(invoke("review", "list", captures, "--format", "json").stdout)
+    assert len(items) == UNKNOWN
+    for item in items:
+        assert item["kind"] == "review-queue" and item["schema"] == SCHEMA
+        assert Path(item["_path"]).name == f"{item['dedup_hash']}.json"
+        assert item["canonical"]["tuple"]["failure_class"] == "unknown"
+        assert len(item["occurrences"]) == 1
+        assert item["reason"].startswith(("no rule matched", "rule "))
+    table = invoke("review", "list", captures).stdout.splitlines()
+    assert table[0].split()[:3] == ["DEDUP", "COUNT", "MODEL"]
+    assert table[-1] == f"{UNKNOWN} item(s) waiting for review"
+    assert sum(line.startswith(tuple(i["dedup_hash"] for i in items)) for line in table) == UNKNOWN
+
+
+# -- parallelism and bad input --------------------------------------------------
+
+
+def _relative_errors(data: dict[str, Any], root: Path) -> list[tuple[str, str]]:
+    return [(str(Path(e["bundle"]).relative_to(root)), e["message"].replace(str(root), "<root>"))
+            for e in data["errors"]]
+
+
+def test_jobs_2_gives_the_same_summary_as_jobs_1(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    shutil.copytree(EXAMPLES, one)
+    shutil.copytree(EXAMPLES, two)
+    a = run_json(one, "--jobs", "1")
+    b = run_json(two, "--jobs", "2")
+    assert _relative_errors(a, one) == _relative_errors(b, two)
+    a.pop("errors")
+    b.pop("errors")
+    assert a == b
+    assert summary_part(a) == EXPECTED
+    # Same issues, same order, same bodies.
+    ia, oa = db_rows(one)
+    ib, ob = db_rows(two)
+    assert ia == ib
+    assert [(s, h) for s, h, _ in oa] == [(s, h) for s, h, _ in ob]
+    assert review_files(one).keys() == review_files(two).keys()
+
+
+def _write(path: Path, text: str | bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+
+
+def test_unreadable_bundles_are_counted_and_listed_never_fatal(captures: Path) -> None:
+    good = captures / "qwen-qwen3-14b" / "20261126T101112Z"
+    bad_json = captures / "zz-bad-json" / "20261201T000000Z"
+    shutil.copytree(good, bad_json)
+    _write(bad_json / "manifest.json", '{"schema": 1, "model": ')
+    not_utf8 = captures / "zz-not-utf8" / "20261201T000000Z"
+    shutil.copytree(good, not_utf8)
+    _write(not_utf8 / "pt3-boot.json", b'{"ok": false, "failure": "\xff\xfe"}')
+    lonely = captures / "zz-only-pt1" / "20261201T000000Z"
+    _write(lonely / "pt1-gate.json", "{}")
+    not_object = captures / "zz-array" / "20261201T000000Z"
+    shutil.copytree(good, not_object)
+    _write(not_object / "manifest.json", "[1, 2, 3]")
+
+    data = run_json(captures)
+    assert data["bundles"] == 28 and data["reader_errors"] == 5
+    listed = sorted(Path(e["bundle"]).relative_to(captures).parts[0] for e in data["errors"])
+    assert listed == ["broken-upload", "zz-array", "zz-bad-json", "zz-not-utf8", "zz-only-pt1"]
+    assert all(e["message"] for e in data["errors"])
+    # Everything else went through as usual.
+    assert data["filed_new"] == EXPECTED["filed_new"] and data["review_queued"] == UNKNOWN
+    out = invoke("run", captures, "--jobs", "2").stdout
+    assert "unreadable bundles: 5" in out
+    for name in listed:
+        assert name in out
+
+
+def test_run_on_an_empty_folder(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    data = run_json(empty)
+    assert data["bundles"] == 1 and data["reader_errors"] == 1  # the folder itself is reported
+    assert data["filed_new"] == 0
+
+
+def test_captures_paths_do_not_leak_between_runs(captures: Path) -> None:
+    """A run never touches anything outside its captures folder."""
+    parent = captures.parent
+    before = sorted(p.name for p in parent.iterdir())
+    run_json(captures)
+    run_json(captures, "--tracker", "spool")
+    assert sorted(p.name for p in parent.iterdir()) == before
