@@ -36,8 +36,9 @@ __all__ = ["GuardedRegex", "required_literals"]
 
 MIN_LITERAL = 3
 # regex-module syntax the stdlib parser would misread as literal text: fuzzy
-# constraints such as (?:kernel){e<=1}, and version-1 set operations.
-_UNPARSED_SYNTAX = re.compile(r"\{[^{}]*[A-Za-z<>=][^{}]*\}|\(\?V1\)|--|&&|~~|\|\|")
+# constraints such as (?:kernel){e<=1}, and the version-1 flag (whose set
+# operations -- && ~~ || are plain characters in the version 0 we compile with).
+_UNPARSED_SYNTAX = re.compile(r"\{[^{}]*[A-Za-z<>=][^{}]*\}|\(\?[a-zA-Z]*V1")
 _FLAG_MAP = ((regex.IGNORECASE, re.IGNORECASE), (regex.MULTILINE, re.MULTILINE),
              (regex.DOTALL, re.DOTALL), (regex.VERBOSE, re.VERBOSE))
 MAX_HIT_LINES = 64
