@@ -42,6 +42,7 @@ _UNPARSED_SYNTAX = re.compile(r"\{[^{}]*[A-Za-z<>=][^{}]*\}|\(\?[a-zA-Z]*V1")
 _FLAG_MAP = ((regex.IGNORECASE, re.IGNORECASE), (regex.MULTILINE, re.MULTILINE),
              (regex.DOTALL, re.DOTALL), (regex.VERBOSE, re.VERBOSE))
 MAX_HIT_LINES = 64
+_FOLDS_TO_ASCII_S = "\u017f"  # LATIN SMALL LETTER LONG S: matches (?i)s, but lower() keeps it
 _NEWLINE = ord("\n")
 _REPEATS = {C.MAX_REPEAT, C.MIN_REPEAT} | ({C.POSSESSIVE_REPEAT} if hasattr(C, "POSSESSIVE_REPEAT") else set())
 # Categories that can match a newline: \s, \W, \D (and their Unicode/locale twins).
@@ -136,8 +137,18 @@ def _line_local(items: Iterable[Any], flags: int) -> bool:
             if av in _NEWLINE_CATEGORIES:
                 return False
         elif op is C.AT:
-            if av not in (C.AT_BOUNDARY, C.AT_NON_BOUNDARY):
-                return False  # ^ $ \A \Z: the line window would change their meaning
+            # A line window starts at a real line start and ends at a real line end
+            # (pos/endpos), so \b, ^ and, under MULTILINE, $ mean the same there;
+            # \A, \Z and a single-line $ would not.
+            if av in (C.AT_BOUNDARY, C.AT_NON_BOUNDARY, C.AT_BEGINNING):
+                continue
+            if av is C.AT_END and flags & sre_parse.SRE_FLAG_MULTILINE:
+                continue
+            return False
+        elif op in (C.ASSERT, C.ASSERT_NOT):
+            # A lookaround that cannot cross a newline sees the same text in the window.
+            if not _line_local(av[1], flags):
+                return False
         elif op is C.SUBPATTERN:
             add, delete = av[1], av[2]
             if not _line_local(av[-1], (flags | add) & ~delete):
@@ -229,9 +240,13 @@ class GuardedRegex:
         :param lowered: ``text.lower()`` if the caller has it (it is computed otherwise).
         :param tokens: returns ``frozenset(lowered.split())``, for callers that cache it.
         """
-        if self.literals is None or not text.isascii():
+        if self.literals is None:
             return self.compiled.search(text, timeout=timeout)
         low = lowered if lowered is not None else text.lower()
+        if not text.isascii() and (len(low) != len(text) or _FOLDS_TO_ASCII_S in text):
+            # lower() moved positions, or the text holds the one character that
+            # case-insensitively matches an ASCII letter yet lower() leaves alone.
+            return self.compiled.search(text, timeout=timeout)
         present = self._present(low, tokens)
         if not present:
             return None

@@ -26,6 +26,11 @@ HAND_PATTERNS = [
     r"(?:kernel){e<=1}",
     r"[A-Z]{3}\d+ failed",
     r"a|b",
+    r"(?m)^ValueError: .*memory$",
+    r"^torch\.OutOfMemoryError",
+    r"memory$",
+    r"(?<!host )out of memory(?! on the host)",
+    r"\Aerror: boom",
     r"(?i)cuda out of memory|kv cache is needed",
 ]
 
@@ -45,7 +50,7 @@ WORDS = ["error", "Error", "RuntimeError:", "CUDA", "cuda", "out", "of", "memory
          "available", "no", "FlashAttention-3", "fa3", "requires", "Hopper", "sm_90", "Killed", "process", "4242",
          "torch.", "OutOfMemoryError", "Traceback", "\n", " ", "  ", "\t", "code:", "7", "KV", "cache", "needed",
          "awq", "marlin", "import", "cannot", "name", "Model", "architectures", "['X']", "are", "not", "supported",
-         "é", "ſ", "K", "İ", "ValueError:", "failed", "HIP", "error:", "ABC12"]
+         "é", "ſ", "K", "İ", "█", "→", "ValueError:", "failed", "HIP", "error:", "ABC12"]
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -89,7 +94,11 @@ def test_anchor_words_are_interior_words() -> None:
 def test_line_locality() -> None:
     assert GuardedRegex(regex.compile(r"(?i)no kernel [^\n]{0,40}image")).line_local
     assert not GuardedRegex(regex.compile(r"error\s+code")).line_local  # \s crosses lines
-    assert not GuardedRegex(regex.compile(r"^RuntimeError: boom")).line_local  # anchors are not line-local
+    assert GuardedRegex(regex.compile(r"^RuntimeError: boom")).line_local  # ^ only matches at real starts
+    assert GuardedRegex(regex.compile(r"(?m)^RuntimeError: boom$")).line_local
+    assert not GuardedRegex(regex.compile(r"RuntimeError: boom$")).line_local  # a single-line $
+    assert GuardedRegex(regex.compile(r"(?<!host )out of memory")).line_local
+    assert not GuardedRegex(regex.compile(r"out of memory(?=\s+host)")).line_local
     assert not GuardedRegex(regex.compile(r"(?s)Trace.*boom")).line_local
 
 
