@@ -151,10 +151,13 @@ def route_and_delta(inputs: dict[str, Any]) -> tuple[bool, int | None]:
 def _match(ctx: MatchContext) -> Match | None:
     compiled = _compiled(ctx.pack)
     surface = scan_surface(ctx, compiled.surface)
+    low = ctx.view.lowered(surface)
+    words = (lambda: ctx.view.tokens(surface)) if len(surface) > 2048 else None
     try:
-        if compiled.signature.search(surface, timeout=compiled.timeout) is None:
+        if compiled.signature.search(surface, timeout=compiled.timeout, lowered=low, tokens=words) is None:
             return None
-        if compiled.unless is not None and compiled.unless.search(surface, timeout=compiled.timeout):
+        if compiled.unless is not None and compiled.unless.search(surface, timeout=compiled.timeout,
+                                                                    lowered=low, tokens=words):
             return None
     except TimeoutError:
         ctx.view.warnings.append(f"{RULE_ID}: signature search timed out; counted as no match")
