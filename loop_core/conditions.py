@@ -274,14 +274,14 @@ class Select(Condition):
             if not isinstance(value, str):
                 return False, ""
             try:
-                ascii_text = value.isascii()
                 m = self.operand.search(
-                    value, timeout=self.timeout, lowered=view.lowered(value) if ascii_text else None,
-                    tokens=(lambda: view.tokens(value)) if ascii_text and len(value) > _TOKEN_MIN else None)
+                    value, timeout=self.timeout, lowered=view.lowered(value),
+                    tokens=(lambda: view.tokens(value)) if len(value) > _TOKEN_MIN else None)
             except TimeoutError:
+                view.timeouts += 1
                 view.warnings.append(
                     f"regex {self.operand.pattern!r} on {self.selector.text} timed out after "
-                    f"{self.timeout:g}s; counted as no match"
+                    f"{self.timeout:g}s; the rule evaluating it does not match"
                 )
                 return False, "timed out"
             if m is None:

@@ -170,7 +170,7 @@ class Engine:
         shadow = self.pack.shadow_rules
         if not shadow:
             return verdict
-        hits = tuple(rule.id for rule in shadow if rule.when.evaluate(ctx.view))
+        hits = tuple(rule.id for rule in shadow if rule.matches(ctx.view))
         return replace(verdict, shadow_matches=hits, warnings=tuple(ctx.view.warnings))
 
     def explain(self, bundle: Bundle) -> tuple[Classification, list[MatcherTrace]]:

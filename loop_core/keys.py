@@ -44,7 +44,9 @@ _NON_ALNUM = re.compile(r"[^a-z0-9]+")
 
 def sha256hex(text: str) -> str:
     """Lower-case hex SHA-256 of the UTF-8 encoding of ``text``."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # surrogatepass: a lone surrogate (refused by the reader, possible in memory)
+    # hashes deterministically instead of raising.
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _join(parts: Iterable[Any]) -> str:

@@ -23,9 +23,10 @@ from typing import Any
 
 import yaml
 
-from .conditions import DEFAULT_REGEX_TIMEOUT, Condition, ConditionKind, compile_condition
+from .conditions import DEFAULT_REGEX_TIMEOUT, Condition, ConditionKind, Trace, compile_condition
 from .errors import RuleError
 from .verdict import FailureClass
+from .view import View
 
 __all__ = ["PackSettings", "Rule", "RulePack", "RuleSource", "load_rules", "load_yaml_text"]
 
@@ -67,6 +68,28 @@ class Rule:
     def shadow(self) -> bool:
         """A shadow rule is evaluated and reported but never decides a class."""
         return self.mode == "shadow"
+
+    def matches(self, view: View) -> bool:
+        """Whether ``when`` holds for ``view``.
+
+        A regex search that times out anywhere while the rule is evaluated makes
+        the whole rule not match: counting only that comparison as "no match"
+        would turn a ``not`` around it into a match.
+        """
+        before = view.timeouts
+        hit = self.when.evaluate(view)
+        if view.timeouts == before:
+            return hit
+        if hit:
+            view.warnings.append(f"rule {self.id!r} would match, but a regex timed out while it was "
+                                 "evaluated; counted as no match")
+        return False
+
+    def explain(self, view: View) -> tuple[Trace, bool]:
+        """``(trace of when, matched)``, with the same timeout rule as :meth:`matches`."""
+        before = view.timeouts
+        trace = self.when.explain(view)
+        return trace, trace.matched and view.timeouts == before
 
 
 @dataclass(frozen=True, slots=True)

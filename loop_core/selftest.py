@@ -42,7 +42,7 @@ def run_examples(engine: Engine) -> list[CaseResult]:
         for kind, examples in (("match", rule.match_examples), ("no_match", rule.no_match_examples)):
             for i, example in enumerate(examples):
                 view = View(make_bundle(example))
-                hit = rule.when.evaluate(view)
+                hit = rule.matches(view)
                 want = kind == "match"
                 detail = "; ".join(view.warnings)
                 out.append(CaseResult(

@@ -17,9 +17,45 @@ from .keys import error_source, first_red_capability, normalize_text
 __all__ = ["SIGNALS", "View"]
 
 _EXCEPTION_LINE = re.compile(
-    r"^.*\b(?:[A-Za-z_][\w.]*(?:Error|Exception)|AssertionError|Killed|Traceback)\b.*$",
-    re.MULTILINE,
+    r"\b(?:[A-Za-z_][\w.]*(?:Error|Exception)|AssertionError|Killed|Traceback)\b"
 )
+
+# Log decorations that may precede a line's message: whitespace, quotes and
+# bullets, timestamps, "(EngineCore pid=12)", "[rank0]:", "[file.py:12]",
+# "file.py:12]", "container  | ", "level=INFO", a level word before a date
+# ("ERROR 05-26 07:50:26"). A bracketed level tag ([BUG], [ERROR], ...)
+# is not a decoration: it is what makes the line an error line.
+_DECORATION = re.compile(
+    r"""^(?:
+        [\s`'"!#>*|:-]+
+      | \([^()\n]{0,40}\bpid=\d+\)
+      | \[(?!(?i:bug|error|fatal|critical)\])[^\[\]\n]{0,60}\]:?
+      | \d{1,4}(?:[-/.]\d{1,4}){1,2}(?:[T ]\d{1,2}:\d{2}(?::\d{2})?(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?
+      | \d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?
+      | (?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\s+(?=\d)
+      | [\w.-]{1,60}\.py:\d+\]
+      | [\w.-]{1,40}\s+\|
+      | (?:level|lvl)=\w+
+    )+""",
+    re.VERBOSE,
+)
+# A bare traceback header (nothing but decorations before it) carries no
+# error of its own; the exception it introduces comes later, or was cut from
+# the excerpt. "Exception in worker ...: msg, Traceback (...)" is not bare.
+_BARE_TRACEBACK = re.compile(r"Traceback \(most recent call last\):?\s*$")
+# Error lines that name no exception: "[BUG] ...", "Error: ...", "error loading
+# model: ...", "FATAL: ...", a tracing-style "ERROR target: message" (TGI, Rust
+# engines). A blank follows the colon ("ERROR 03-20 17:39:14" is a timestamp)
+# and the message after it must not be empty.
+_ERROR_TAG = re.compile(
+    r"\[(?:bug|error|fatal|critical)\]:?\s*\S"
+    r"|(?:error|fatal|critical|panic)\b[^:\n]{0,40}:\s+\S",
+    re.IGNORECASE,
+)
+
+
+# Every error line contains one of these (lower-cased): a cheap pre-filter.
+_HINTS = ("error", "exception", "killed", "traceback", "fatal", "critical", "panic", "bug")
 
 
 def _pt(bundle: Bundle, name: str) -> dict[str, Any]:
@@ -71,15 +107,46 @@ def _all_text(bundle: Bundle) -> str:
     return "\n".join(pieces)
 
 
+def _message(line: str) -> str:
+    """``line`` without its log decorations (timestamps, pid tags, container prefixes)."""
+    m = _DECORATION.match(line)
+    return line[m.end():] if m else line
+
+
+def _error_kind(line: str) -> int:
+    """2 when ``line`` names an exception (or ``Killed``), 1 when its message starts
+    with an error tag (``[BUG] ...``, ``Error: ...``, ``ERROR target: ...``), else 0.
+    A bare ``Traceback (most recent call last):`` header, decorated or not, is 0.
+    """
+    low = line.lower()
+    if not any(hint in low for hint in _HINTS):
+        return 0
+    message = _message(line)
+    if _BARE_TRACEBACK.match(message):
+        return 0
+    if _EXCEPTION_LINE.search(line):
+        return 2
+    return 1 if _ERROR_TAG.match(message) else 0
+
+
 def _final_error(bundle: Bundle) -> str:
-    """The last exception-looking line of the error text (the final exception)."""
+    """The final error line of the error text.
+
+    The last line naming an exception wins; a launcher's wrap-up after it
+    ("ERROR launcher: Method Warmup encountered an error") says less. Without
+    one, the last error-tag line; without that, the last non-blank line.
+    """
     text = error_source(bundle)[1]
-    last = None
-    for last in _EXCEPTION_LINE.finditer(text):
-        pass
-    if last is not None:
-        return last.group().strip()
     lines = [line.strip() for line in text.splitlines() if line.strip()]
+    tagged = None
+    for line in reversed(lines):
+        kind = _error_kind(line)
+        if kind == 2:
+            return line
+        if kind == 1 and tagged is None:
+            tagged = line
+    if tagged is not None:
+        return tagged
     return lines[-1] if lines else ""
 
 
@@ -102,7 +169,9 @@ SIGNALS: dict[str, tuple[Callable[[Bundle], Any], str]] = {
     "error_text_lower": (lambda b: normalize_text(error_source(b)[1], None),
                          "error_text whitespace-collapsed and lower-cased, never cut"),
     "all_text": (_all_text, "every failure text: download, boot failure, log excerpt, red smoke details, pt5 summary"),
-    "final_error": (_final_error, "the last exception-looking line of error_text"),
+    "final_error": (_final_error, "the last line of error_text naming an exception (bare Traceback "
+                                  "headers skipped), else its last error-tag line ([BUG] ..., "
+                                  "Error: ...), else its last non-blank line"),
     "boot_ok": (_boot_ok, "pt3.ok as a boolean (null for gate-only bundles)"),
     "download_ok": (_download_ok, "pt2.ok as a boolean (null for gate-only bundles)"),
     "red_caps": (lambda b: _caps_with(b, "red"), "capabilities whose smoke verdict is red, sorted"),
@@ -126,7 +195,7 @@ _MISSING = object()
 class View:
     """Lazy view document over one bundle; see :data:`SIGNALS` for the derived fields."""
 
-    __slots__ = ("bundle", "_signals", "_document", "_lowered", "_tokens", "warnings")
+    __slots__ = ("bundle", "_signals", "_document", "_lowered", "_tokens", "warnings", "timeouts")
 
     def __init__(self, bundle: Bundle) -> None:
         self.bundle = bundle
@@ -136,6 +205,9 @@ class View:
         self._tokens: dict[int, tuple[str, frozenset[str]]] = {}
         # Problems met while evaluating (e.g. a regex that timed out).
         self.warnings: list[str] = []
+        # Regex searches of rule conditions that ran out of time so far. A rule
+        # during whose evaluation this rose does not match (Rule.matches).
+        self.timeouts = 0
 
     def lowered(self, text: str) -> str:
         """``text.lower()``, computed once per text object for all rules that need it."""

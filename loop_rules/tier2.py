@@ -26,7 +26,7 @@ def _explain_exact(ctx: MatchContext) -> list[Trace]:
 
 def _rows(ctx: MatchContext) -> Match | None:
     for rule in ctx.pack.active_rules:
-        if rule.when.evaluate(ctx.view):
+        if rule.matches(ctx.view):  # a regex timeout inside the rule means no match
             return Match(rule.failure_class.value, rule.id)
     return None
 
@@ -34,10 +34,11 @@ def _rows(ctx: MatchContext) -> Match | None:
 def _explain_rows(ctx: MatchContext) -> list[Trace]:
     out = []
     for rule in ctx.pack.rules:
-        trace = rule.when.explain(ctx.view)
+        trace, matched = rule.explain(ctx.view)
         shadow = " [shadow: never decides]" if rule.shadow else ""
+        detail = "a regex timed out: the rule does not match" if trace.matched and not matched else ""
         out.append(Trace(f"{rule.id} -> {rule.failure_class.value} ({rule.source}){shadow}",
-                         trace.matched, children=(trace,)))
+                         matched, detail, children=(trace,)))
     return out
 
 

@@ -1,0 +1,87 @@
+"""A regex timeout inside a rule makes the whole rule not match, even under ``not``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pluggy
+from click.testing import CliRunner
+
+from loop_core import Engine
+from loop_core.cli import cli
+from loop_core.testing import make_bundle
+from loop_core.view import View
+
+# The first condition holds; the second would hold too if the search under
+# `not` were simply counted as "no match" when it times out.
+NOT_SLOW = """\
+- id: not-slow
+  class: quant-unsupported
+  description: x present and the catastrophic pattern absent
+  when:
+    all:
+      - {select: $.signal.all_text, contains: x}
+      - not: {select: $.signal.error_text, regex: '^(a+)+$'}
+  examples: {match: [x]}
+- id: fallback
+  class: unknown
+  description: anything with an x
+  when: {select: $.signal.all_text, contains: x}
+  examples: {match: [x]}
+"""
+
+# error_text is the excerpt, a catastrophic line for '^(a+)+$'; the boot
+# failure (also in all_text) carries the x.
+CATASTROPHIC = {"pt3": {"failure": "x", "failure_log_excerpt": "a" * 50_000 + "!"}}
+
+
+def _pack(tmp_path: Path) -> Path:
+    pack = tmp_path / "p"
+    pack.mkdir()
+    (pack / "10.yml").write_text(NOT_SLOW)
+    return pack
+
+
+def test_timeout_under_not_does_not_match(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    engine = Engine.build(_pack(tmp_path), pm)
+    verdict = engine.classify(make_bundle(CATASTROPHIC))
+    assert verdict.matched_rule == "fallback"  # not-slow fell through
+    assert any("timed out" in w for w in verdict.warnings)
+    assert any("'not-slow'" in w and "counted as no match" in w for w in verdict.warnings)
+
+
+def test_the_rule_still_matches_when_nothing_times_out(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    engine = Engine.build(_pack(tmp_path), pm)
+    verdict = engine.classify(make_bundle("x and some b"))
+    assert verdict.matched_rule == "not-slow"
+    assert verdict.warnings == ()
+
+
+def test_view_counts_timeouts_and_rule_matches_reports_no_match(tmp_path: Path,
+                                                                pm: pluggy.PluginManager) -> None:
+    engine = Engine.build(_pack(tmp_path), pm)
+    rule = engine.pack.rules[0]
+    view = View(make_bundle(CATASTROPHIC))
+    assert view.timeouts == 0
+    assert rule.when.evaluate(view) is True  # the raw condition is fooled by the `not` ...
+    assert view.timeouts == 1
+    assert rule.matches(view) is False  # ... the rule is not
+    assert view.timeouts == 2
+
+
+def test_explain_marks_the_rule_as_not_matching(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    engine = Engine.build(_pack(tmp_path), pm)
+    verdict, traces = engine.explain(make_bundle(CATASTROPHIC))
+    assert verdict.matched_rule == "fallback"
+    rows = next(t for t in traces if t.matcher == "tier2-rules")
+    not_slow = next(t for t in rows.traces if t.label.startswith("not-slow"))
+    assert not not_slow.matched
+    assert "timed out" in not_slow.detail
+
+
+def test_classify_cli_warns(tmp_path: Path, bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    target = bundle_dir(CATASTROPHIC)
+    result = CliRunner().invoke(cli, ["classify", "--rules", str(_pack(tmp_path)), str(target)])
+    assert result.exit_code == 0
+    assert "fallback" in result.output
+    assert "warning: regex '^(a+)+$' on $.signal.error_text timed out" in result.output

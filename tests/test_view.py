@@ -1,0 +1,87 @@
+"""The ``final_error`` signal: which line of the error text is the final error."""
+
+from __future__ import annotations
+
+import pytest
+
+from loop_core.testing import make_bundle
+from loop_core.view import View
+
+
+def final_error(text: str) -> str:
+    return View(make_bundle(text)).signal("final_error")
+
+
+@pytest.mark.parametrize("header", [
+    "Traceback (most recent call last):",
+    "(APIServer pid=1008) Traceback (most recent call last):",
+    "[rank0]: Traceback (most recent call last):",
+    "ERROR 05-26 07:50:26 [core.py:396] Traceback (most recent call last):",
+    "2024-08-01T21:29:17.880582981Z Traceback (most recent call last):",
+    "vllm-1  | Traceback (most recent call last):",
+    "ERROR 10-16 05:20:48 registry.py:264] Traceback (most recent call last):",
+])
+def test_a_bare_traceback_header_is_never_the_final_error(header: str) -> None:
+    text = ("(EngineCore pid=11) RuntimeError: Worker failed with error 'boom'\n"
+            f"{header}\n"
+            '  File "/usr/lib/python3.10/runpy.py", line 196, in _run_module_as_main')
+    assert final_error(text) == "(EngineCore pid=11) RuntimeError: Worker failed with error 'boom'"
+
+
+def test_an_exception_after_the_traceback_header_is_the_final_error() -> None:
+    text = ("Traceback (most recent call last):\n"
+            '  File "x.py", line 1, in <module>\n'
+            "ImportError: cannot import name 'A' from 'b'")
+    assert final_error(text) == "ImportError: cannot import name 'A' from 'b'"
+
+
+def test_a_message_before_the_traceback_header_is_not_bare() -> None:
+    line = ("(Worker pid=1) ERROR 08-05 23:29:38 utils.py:226] Exception in worker while processing "
+            "method load_model: weight is not divisible by 128., Traceback (most recent call last):")
+    assert final_error(f"INFO x\n{line}\n  File \"a.py\", line 1") == line
+
+
+def test_an_ipython_header_names_its_exception() -> None:
+    text = "KeyError                                  Traceback (most recent call last)\n  1 x = y['z']"
+    assert final_error(text).startswith("KeyError")
+
+
+@pytest.mark.parametrize("line", [
+    "[BUG] type object 'BACKEND' has no attribute 'V9'",
+    "[Bug]: rank 0 could finish the model loading, but other ranks did not",
+    "[ERROR] Worker (pid:25134) was sent SIGKILL!",
+    "Error: invalid file magic",
+    "ollama  | Error: llama runner process has terminated: exit status 2",
+    "ERROR: FP8 models require a GPU with a newer compute capability",
+    "2023-09-26T21:48:00.969072Z ERROR text_generation_launcher: Shard 0 failed to start",
+    "error loading model: unrecognized tensor type 14",
+    "!!! ERROR loading full: `rope_scaling` must be a dictionary with two fields",
+])
+def test_error_tag_lines_are_error_lines(line: str) -> None:
+    text = f"INFO starting\n{line}\nINFO 12:00:01 shutting down\n[GIN] 2024/11/06 | 500 | POST \"/api/chat\""
+    assert final_error(text) == line
+
+
+def test_a_named_exception_beats_a_later_error_tag_line() -> None:
+    text = ("RuntimeError: Not enough memory to handle 4096 prefill tokens.\n"
+            "2023-09-26T21:48:00Z ERROR text_generation_launcher: Method Warmup encountered an error.")
+    assert final_error(text) == "RuntimeError: Not enough memory to handle 4096 prefill tokens."
+
+
+@pytest.mark.parametrize("line", [
+    # A timestamp's colon is not an error tag's colon.
+    "ERROR 03-20 17:39:14 [core.py:1100]     output_i = apply_sdpa(q, k, v)",
+    "INFO the error handler is ready",
+    "Error:",
+])
+def test_lines_that_only_look_like_error_tags_are_not(line: str) -> None:
+    assert final_error(f"[BUG] real problem here\n{line}") == "[BUG] real problem here"
+
+
+def test_without_any_error_line_the_last_line_is_used() -> None:
+    assert final_error("INFO loading\nINFO still loading\n\n") == "INFO still loading"
+    assert final_error("Traceback (most recent call last):") == "Traceback (most recent call last):"
+
+
+def test_killed_is_still_an_error_line() -> None:
+    assert final_error("INFO building engine\nKilled\nINFO cleanup") == "Killed"
