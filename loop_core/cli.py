@@ -364,7 +364,7 @@ def _trust_table(rows: Iterable[dict[str, Any]]) -> int:
 @click.option("--corpus", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
               help="Directory of labelled case files (searched recursively).")
 @rules_option
-@click.option("--split", type=click.Choice(["all", "tune", "frozen"]), default="all", show_default=True,
+@click.option("--split", type=click.Choice(["all", "tune", "frozen", "holdout"]), default="all", show_default=True,
               help="Which split of the corpus to measure.")
 @click.option("--compare", "compare_with", default=None, metavar="PACK",
               help="A second pack to measure on the same cases, shown beside the first.")

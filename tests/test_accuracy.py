@@ -20,12 +20,14 @@ from loop_core import Engine, make_plugin_manager
 from loop_core.evaluate import CLASSES, Report, evaluate, load_cases
 
 CORPUS = Path(__file__).resolve().parent / "corpus" / "real"
+HOLDOUT = Path(__file__).resolve().parent / "corpus" / "holdout"
 
 TUNE_MACRO_F1 = 0.90
-# The frozen split was measured once, after tuning, at 0.835: below the 0.85
-# target (docs/accuracy.md). Its misses were then read to explain them, so it
-# is no longer unseen; this floor only guards it against regressions.
-FROZEN_MACRO_F1 = 0.83
+# The first frozen split was measured once at 0.835 and then used for
+# development (docs/accuracy.md): its floor only guards against regressions.
+FROZEN_MACRO_F1 = 0.95
+# The fresh holdout, measured once after the rules were final: 0.877 / 0.806.
+HOLDOUT_MACRO_F1 = 0.85
 HARD_ACCURACY = 0.80
 
 
@@ -42,6 +44,8 @@ def reports(engines: dict[str, Engine]) -> dict[tuple[str, str], Report]:
         cases = load_cases(CORPUS, split)
         for name, engine in engines.items():
             out[(name, split)] = evaluate(engine, cases, split)
+    for name, engine in engines.items():
+        out[(name, "holdout")] = evaluate(engine, load_cases(HOLDOUT), "holdout")
     return out
 
 
@@ -65,6 +69,14 @@ def test_default_pack_macro_f1_on_tune(reports: dict[tuple[str, str], Report]) -
 def test_default_pack_macro_f1_on_frozen(reports: dict[tuple[str, str], Report]) -> None:
     report = reports[("default", "frozen")]
     assert report.macro_f1 >= FROZEN_MACRO_F1, _misses(report)
+
+
+def test_default_pack_on_the_fresh_holdout(reports: dict[tuple[str, str], Report]) -> None:
+    report = reports[("default", "holdout")]
+    assert report.total >= 60 and report.hard_total >= 20
+    assert report.macro_f1 >= HOLDOUT_MACRO_F1, _misses(report)
+    assert report.hard_accuracy >= HARD_ACCURACY, _misses(report)
+    assert report.macro_f1 > reports[("reference", "holdout")].macro_f1
 
 
 def test_default_pack_hard_case_accuracy(reports: dict[tuple[str, str], Report]) -> None:
