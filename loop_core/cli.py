@@ -490,6 +490,7 @@ def diff(corpus: tuple[Path, ...], new_rules: str, old_rules: str, fmt: str, fai
     from .maintain import diff_packs
 
     report = diff_packs(corpus, _engine(old_rules), _engine(new_rules))
+    report.old_pack, report.new_pack = old_rules, new_rules  # as the user named them
     if fmt == "json":
         click.echo(json.dumps(report.to_dict(), indent=2))
     elif fmt == "markdown":

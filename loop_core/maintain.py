@@ -68,9 +68,9 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
         "# Keys are quoted so YAML reads them as text.\nexact:\n")
     if not text.endswith("\n"):
         text += "\n"
-    comment = f"  # {note}" if note else ""
     stamp = time.strftime("%Y-%m-%d", time.gmtime())
-    text += f"  '{fingerprint}': {failure_class}  # learned {stamp}{comment.replace(chr(10), ' ')}\n"
+    origin = f" from {' '.join(note.split())}" if note else ""
+    text += f"  '{fingerprint}': {failure_class}  # learned {stamp}{origin}\n"
     path.write_text(text, encoding="utf-8")
     try:
         load_rules(pack_dir, kinds)
