@@ -174,32 +174,10 @@ def required_literals(pattern: str) -> frozenset[str] | None:
     """Lower-cased literals one of which every match contains, or None when unknown."""
     if _UNPARSED_SYNTAX.search(pattern):
         return None
-
-    def _present(self, low: str, tokens: Callable[[], frozenset[str]] | None) -> list[str]:
-        assert self.literals is not None
-        words = tokens() if tokens is not None and any(self.anchors) else None
-        out = []
-        for lit, anchor in zip(self.literals, self.anchors):
-            if words is not None and anchor is not None and anchor not in words:
-                continue
-            if lit in low:
-                out.append(lit)
-        return out
     try:
         parsed = sre_parse.parse(pattern)
     except Exception:  # noqa: BLE001 - regex-module syntax the stdlib parser does not know
         return None
-
-    def _present(self, low: str, tokens: Callable[[], frozenset[str]] | None) -> list[str]:
-        assert self.literals is not None
-        words = tokens() if tokens is not None and any(self.anchors) else None
-        out = []
-        for lit, anchor in zip(self.literals, self.anchors):
-            if words is not None and anchor is not None and anchor not in words:
-                continue
-            if lit in low:
-                out.append(lit)
-        return out
     return _required(parsed)
 
 
