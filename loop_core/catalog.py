@@ -17,6 +17,7 @@ anchor is derived.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +55,7 @@ class Catalog:
         return names[0] if names else None
 
 
-def load_catalog(path: str | Path | None) -> Catalog:
+def load_catalog(path: str | os.PathLike[str] | None) -> Catalog:
     """Read a catalog file; ``None`` gives the empty catalog (every anchor derived).
 
     :raises CatalogError: the file is unreadable or not of the documented shape.

@@ -541,7 +541,8 @@ def _tracker(name: str, captures: Path, repo: str | None) -> Any:
     from .plugins import collect, make_plugin_manager
     from .trackers import TrackerOptions
 
-    specs = collect(make_plugin_manager(), "loop_register_trackers", lambda t: t.name, "tracker")
+    specs: dict[str, tuple[Any, str]] = collect(make_plugin_manager(), "loop_register_trackers",
+                                                lambda t: t.name, "tracker")
     if name not in specs:
         raise LoopClickError(f"--tracker {name!r}: unknown tracker (trackers: {', '.join(sorted(specs))})")
     return specs[name][0].factory(TrackerOptions(Path(captures), repo=repo))
@@ -814,8 +815,8 @@ def plugins() -> None:
     from .plugins import collect, make_plugin_manager, plugin_report
 
     pm = make_plugin_manager()
-    matchers = collect(pm, "loop_register_matchers", lambda m: m.name, "matcher")
-    kinds = collect(pm, "loop_register_conditions", lambda k: k.name, "condition kind")
+    matchers: dict[str, tuple[Any, str]] = collect(pm, "loop_register_matchers", lambda m: m.name, "matcher")
+    kinds: dict[str, tuple[Any, str]] = collect(pm, "loop_register_conditions", lambda k: k.name, "condition kind")
     condition_kinds(pm)
     report = {
         "plugins": plugin_report(pm),

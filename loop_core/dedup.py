@@ -340,7 +340,7 @@ def plus_one_comment(draft: IssueDraft, occurrence: Occurrence) -> str:
 
 
 def _json_chunks(text: str) -> list[Any]:
-    out = []
+    out: list[Any] = []
     start = 0
     while True:
         i = text.find("```json", start)
@@ -362,7 +362,8 @@ def parse_body_tuple(body: str) -> list[Any] | None:
     """§5.6: the ``tuple_ordered`` list of the first schema-tagged JSON block, or None."""
     for doc in _json_chunks(body or ""):
         if isinstance(doc, dict) and doc.get("schema") == SCHEMA and isinstance(doc.get("tuple_ordered"), list):
-            return doc["tuple_ordered"]
+            ordered: list[Any] = doc["tuple_ordered"]
+            return ordered
     return None
 
 

@@ -79,7 +79,8 @@ class MatcherTrace:
 
 
 def condition_kinds(pm: pluggy.PluginManager) -> dict[str, ConditionKind]:
-    found = collect(pm, "loop_register_conditions", lambda k: k.name, "condition kind")
+    found: dict[str, tuple[ConditionKind, str]] = collect(
+        pm, "loop_register_conditions", lambda k: k.name, "condition kind")
     for name, (_kind, plugin) in found.items():
         if name in RESERVED_KINDS:
             raise PluginError(f"plugin {plugin!r}: condition kind name {name!r} is reserved")
@@ -87,7 +88,7 @@ def condition_kinds(pm: pluggy.PluginManager) -> dict[str, ConditionKind]:
 
 
 def rule_packs(pm: pluggy.PluginManager) -> dict[str, PackInfo]:
-    found = collect(pm, "loop_register_rule_packs", lambda p: p.name, "rule pack")
+    found: dict[str, tuple[PackInfo, str]] = collect(pm, "loop_register_rule_packs", lambda p: p.name, "rule pack")
     return {name: info for name, (info, _plugin) in found.items()}
 
 
@@ -125,7 +126,7 @@ class Engine:
         kinds = condition_kinds(pm)
         root, name, shown = resolve_pack(rules, rule_packs(pm))
         pack = load_rules(root, kinds, name=name, collect_errors=collect_errors, display_root=shown)
-        found = collect(pm, "loop_register_matchers", lambda m: m.name, "matcher")
+        found: dict[str, tuple[Matcher, str]] = collect(pm, "loop_register_matchers", lambda m: m.name, "matcher")
         matchers = []
         for mname, (matcher, plugin) in found.items():
             if not isinstance(matcher, Matcher) or not callable(matcher.match):

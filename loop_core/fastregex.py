@@ -20,17 +20,18 @@ the pattern runs on the whole text, as written. Property tests check that
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import regex
 
-try:  # Python 3.11+
+if sys.version_info >= (3, 11):
     from re import _constants as C  # type: ignore[attr-defined]
     from re import _parser as sre_parse  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants as C  # type: ignore[no-redef]
-    import sre_parse  # type: ignore[no-redef]
+else:  # pragma: no cover - Python 3.10
+    import sre_constants as C
+    import sre_parse
 
 __all__ = ["GuardedRegex", "required_literals"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from .catalog import Catalog
 from .engine import Engine
-from .pipeline import Processed, is_failure, process_bundle
+from .pipeline import Processed, process_bundle
 from .batch import discover_bundles
 from .trackers import ReviewQueue
 from .trust import ConsensusIndex

@@ -134,7 +134,7 @@ class RulePack:
 _FastLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class _StrictLoader(_FastLoader):  # type: ignore[misc,valid-type]
+class _StrictLoader(_FastLoader):  # type: ignore[misc]
     """Safe YAML that refuses duplicate keys and keeps mapping keys as the text written.
 
     Keys stay text, so an exact-table fingerprint such as ``012345670123`` is
@@ -170,10 +170,10 @@ def _refuse_aliases(text: str) -> None:
     for event in yaml.parse(text, Loader=_FastLoader):
         if isinstance(event, yaml.AliasEvent):
             raise yaml.constructor.ConstructorError(
-                None, None, "aliases are not allowed in rule files", event.start_mark)
+                None, None, "aliases are not allowed in rule files", event.start_mark)  # type: ignore[arg-type]
         if getattr(event, "anchor", None) is not None:
             raise yaml.constructor.ConstructorError(
-                None, None, "anchors are not allowed in rule files", event.start_mark)
+                None, None, "anchors are not allowed in rule files", event.start_mark)  # type: ignore[arg-type]
 
 
 def load_yaml_text(text: str, name: str = "<string>") -> Any:
@@ -405,7 +405,7 @@ def _load_rule(raw: Any, source: RuleSource, kinds: Mapping[str, ConditionKind],
         problems.add(f"{where}: {e}")
         ok = False
     examples = _load_examples(raw["examples"], where, problems)
-    if examples is None or not ok:
+    if examples is None or not ok or not isinstance(rule_id, str):
         return None
     return Rule(rule_id, FailureClass(raw["class"]), raw["description"].strip(), when,
                 examples[0], examples[1], source, mode)

@@ -97,11 +97,11 @@ def resolve_inputs(ctx: MatchContext) -> dict[str, Any]:
             "source": "pt5",
         }
     if isinstance(pt3.get("actual"), dict) or pt1.get("predicted_b_breakdown") is not None:
-        actual = pt3.get("actual") if isinstance(pt3.get("actual"), dict) else {}
+        measured: dict[str, Any] = pt3["actual"] if isinstance(pt3.get("actual"), dict) else {}
         return {
             "predicted_b_breakdown": pt1.get("predicted_b_breakdown"),
-            "attempted_alloc_mib": actual.get("attempted_alloc_mib"),
-            "gpu_worker_reported_mib": actual.get("gpu_worker_reported_mib"),
+            "attempted_alloc_mib": measured.get("attempted_alloc_mib"),
+            "gpu_worker_reported_mib": measured.get("gpu_worker_reported_mib"),
             "source": "pt3+pt1",
         }
     return {"predicted_b_breakdown": None, "attempted_alloc_mib": None,
