@@ -21,7 +21,7 @@ even a dozen bundles span all six classes; later ones are drawn by weight.
 Deterministic: bundle ``i`` depends only on ``(seed, i)``, so a corpus of 12
 is the prefix of a corpus of 2,000.
 
-    python bench/generate.py OUT N [--seed S]
+    python bench/generate.py OUT N [--seed S] [--jobs J]
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import random
 import re
@@ -1518,13 +1519,10 @@ _FILE_NAMES = (("manifest", "manifest.json"), ("pt1", "pt1-gate.json"),
                ("pt4", "pt4-smoke.json"), ("pt5", "pt5-override-capture.json"))
 
 
-def generate(out_dir: str | os.PathLike[str], n: int, seed: int = 0) -> list[Path]:
-    """Write ``n`` bundles under ``out_dir``; return their directories in generation order."""
-    root = Path(out_dir)
-    root.mkdir(parents=True, exist_ok=True)
-    paths: list[Path] = []
-    newest = ""
-    for i in range(n):
+def _write_range(root: Path, start: int, stop: int, seed: int) -> list[tuple[str, str]]:
+    """Write bundles ``start`` .. ``stop - 1``; their ``(slug dir, utc_ts)`` in order."""
+    out = []
+    for i in range(start, stop):
         _kind_name, slug_dir, ts, docs = build(i, seed)
         target = root / slug_dir / ts
         target.mkdir(parents=True, exist_ok=True)
@@ -1533,12 +1531,41 @@ def generate(out_dir: str | os.PathLike[str], n: int, seed: int = 0) -> list[Pat
             if doc is not None:
                 with open(target / name, "w", encoding="utf-8") as fh:
                     fh.write(_dump(doc))
-        paths.append(target)
+        out.append((slug_dir, ts))
+    return out
+
+
+def _write_range_star(args: tuple[Path, int, int, int]) -> list[tuple[str, str]]:
+    return _write_range(*args)
+
+
+def generate(out_dir: str | os.PathLike[str], n: int, seed: int = 0, *, start: int = 0,
+             jobs: int = 1) -> list[Path]:
+    """Write bundles ``start`` .. ``n - 1`` under ``out_dir``; return their directories in order.
+
+    Bundle ``i`` depends only on ``(seed, i)``, so a corpus can be written in
+    pieces (``start``) -- after a prefix copied from a smaller corpus, or to
+    resume an interrupted run -- and by ``jobs`` processes at once; the files
+    are the same either way. ``.last`` names the newest bundle written so far.
+    """
+    root = Path(out_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    if jobs > 1 and n - start > 200 and "fork" in multiprocessing.get_all_start_methods():
+        step = max(100, -(-(n - start) // (jobs * 8)))
+        tasks = [(root, a, min(n, a + step), seed) for a in range(start, n, step)]
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            written = [pair for part in pool.imap(_write_range_star, tasks) for pair in part]
+    else:
+        written = _write_range(root, start, n, seed)
+    newest = max((f"{ts}\x00{slug_dir}" for slug_dir, ts in written), default="")
+    last = root / ".last"
+    if start > 0 and last.is_file():  # a piece written earlier may hold a newer bundle
+        slug_dir, _, ts = last.read_text(encoding="utf-8").strip().rpartition("/")
         newest = max(newest, f"{ts}\x00{slug_dir}")
     if newest:
         ts, slug_dir = newest.split("\x00")
-        (root / ".last").write_text(f"{slug_dir}/{ts}\n", encoding="utf-8")
-    return paths
+        last.write_text(f"{slug_dir}/{ts}\n", encoding="utf-8")
+    return [root / slug_dir / ts for slug_dir, ts in written]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1546,8 +1573,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", help="output directory (the .pull-captures/ root)")
     parser.add_argument("n", type=int, help="number of bundles")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=1, help="processes writing bundles (default 1)")
     args = parser.parse_args(argv)
-    paths = generate(args.out, args.n, args.seed)
+    paths = generate(args.out, args.n, args.seed, jobs=args.jobs)
     kinds: dict[str, int] = {}
     for kind in plan(args.n, args.seed):
         kinds[kind] = kinds.get(kind, 0) + 1

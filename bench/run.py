@@ -48,6 +48,9 @@ OUT = HERE / "out"
 DEFAULT_N = 2000
 QUICK_N = 48
 MARKER = ".bench-corpus.json"
+RSS_SIZES = (10_000, 100_000)
+QUICK_RSS_SIZES = (48, 480)
+GEN_CHUNK = 10_000  # bundles generated between two progress marks (a build resumes from the last)
 
 
 # --------------------------------------------------------------------------- rows & registry
@@ -145,6 +148,25 @@ def _load_generator() -> ModuleType:
     return module
 
 
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _link_tree(src: Path, dst: Path, names: list[str]) -> None:
+    """Hard-link (or, across file systems, copy) the bundle directories ``names`` of ``src`` into ``dst``."""
+    for name in names:
+        target = dst / name
+        target.mkdir(parents=True, exist_ok=True)
+        for entry in os.scandir(src / name):
+            try:
+                os.link(entry.path, target / entry.name)
+            except OSError:
+                shutil.copyfile(entry.path, target / entry.name)
+
+
 def _rel(path: Path) -> str:
     """A path relative to the repository (never an absolute path of this machine)."""
     try:
@@ -167,9 +189,11 @@ class Context:
     """What scenarios share: options, corpora, bundles in memory, results so far."""
 
     def __init__(
-        self, n: int, seed: int, repeats: int, cold_runs: int, log: Callable[[str], None]
+        self, n: int, seed: int, repeats: int, cold_runs: int, log: Callable[[str], None],
+        rss_sizes: Sequence[int] = RSS_SIZES,
     ) -> None:
         self.n = n
+        self.rss_sizes = tuple(rss_sizes)
         self.seed = seed
         self.repeats = repeats
         self.cold_runs = cold_runs
@@ -180,33 +204,85 @@ class Context:
 
     # corpora -------------------------------------------------------------
     def corpus(self, n: int | None = None) -> Corpus:
-        """A generated corpus of ``n`` bundles (default ``--n``), reused when unchanged."""
+        """A generated corpus of ``n`` bundles (default ``--n``), reused when unchanged.
+
+        Written once per (size, seed, generator source) and kept under
+        ``bench/out/``. A large corpus starts from the largest complete smaller
+        one of the same seed (its files hard-linked: bundle ``i`` is the same in
+        both), is written in pieces of :data:`GEN_CHUNK` by two processes, and
+        resumes after an interruption from the last piece finished.
+        """
         n = self.n if n is None else n
         if n in self._corpora:
             return self._corpora[n]
-        gen_source = (HERE / "generate.py").read_bytes()
-        want = {"n": n, "seed": self.seed, "generator": hashlib.sha256(gen_source).hexdigest()[:16]}
+        want = self._want(n)
         root = OUT / f"corpus-n{n}-s{self.seed}"
         marker, listing = root / MARKER, root / ".bench-dirs"
-        try:
-            have = json.loads(marker.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            have = None
-        if have == want and listing.is_file():
+        if _read_json(marker) == want and listing.is_file():
             names = listing.read_text(encoding="utf-8").split()
-            dirs = [root / name for name in names]
         else:
-            self.log(f"generating {n} bundles into {_rel(root)} ...")
-            if root.exists():
-                shutil.rmtree(root)
-            t0 = time.perf_counter()
-            dirs = _load_generator().generate(root, n, self.seed)
-            self.log(f"  done in {time.perf_counter() - t0:.1f} s")
-            listing.write_text("".join(f"{d.relative_to(root)}\n" for d in dirs), encoding="utf-8")
-            marker.write_text(json.dumps(want) + "\n", encoding="utf-8")  # last: marks it complete
-        corpus = Corpus(root, dirs)
+            names = self._build(root, n, want)
+        corpus = Corpus(root, [root / name for name in names])
         self._corpora[n] = corpus
         return corpus
+
+    def _want(self, n: int) -> dict[str, Any]:
+        gen_source = (HERE / "generate.py").read_bytes()
+        return {"n": n, "seed": self.seed, "generator": hashlib.sha256(gen_source).hexdigest()[:16]}
+
+    def _build(self, root: Path, n: int, want: dict[str, Any]) -> list[str]:
+        marker, listing = root / MARKER, root / ".bench-dirs"
+        partial, partial_marker = root / ".bench-dirs.partial", root / ".bench-partial.json"
+        names: list[str] = []
+        if _read_json(partial_marker) == want and partial.is_file():
+            names = partial.read_text(encoding="utf-8").split()  # resume an interrupted build
+            self.log(f"resuming {_rel(root)} at {len(names)} of {n} bundles ...")
+        else:
+            if root.exists():
+                shutil.rmtree(root)
+            root.mkdir(parents=True)
+            prefix = self._prefix_source(n)
+            if prefix is not None:
+                src, src_names = prefix
+                self.log(f"linking the first {len(src_names)} bundles from {_rel(src)} ...")
+                _link_tree(src, root, src_names)
+                shutil.copyfile(src / ".last", root / ".last")
+                names = src_names
+            partial_marker.write_text(json.dumps(want) + "\n", encoding="utf-8")
+            partial.write_text("".join(f"{name}\n" for name in names), encoding="utf-8")
+        gen = _load_generator()
+        t0 = time.perf_counter()
+        while len(names) < n:
+            stop = min(n, len(names) + GEN_CHUNK)
+            self.log(f"generating bundles {len(names)}-{stop - 1} into {_rel(root)} ...")
+            dirs = gen.generate(root, stop, self.seed, start=len(names), jobs=min(2, os.cpu_count() or 1))
+            added = [str(d.relative_to(root)) for d in dirs]
+            with open(partial, "a", encoding="utf-8") as fh:
+                fh.write("".join(f"{name}\n" for name in added))
+            names.extend(added)
+        self.log(f"  corpus ready in {time.perf_counter() - t0:.1f} s")
+        listing.write_text("".join(f"{name}\n" for name in names), encoding="utf-8")
+        marker.write_text(json.dumps(want) + "\n", encoding="utf-8")  # last: marks it complete
+        partial.unlink()
+        partial_marker.unlink()
+        return names
+
+    def _prefix_source(self, n: int) -> tuple[Path, list[str]] | None:
+        """The largest complete corpus of this seed and generator with fewer than ``n`` bundles."""
+        best: tuple[Path, list[str]] | None = None
+        for other in OUT.glob(f"corpus-n*-s{self.seed}"):
+            try:
+                m = int(other.name[len("corpus-n"):].split("-s")[0])
+            except ValueError:
+                continue
+            if not 0 < m < n or (best is not None and m <= len(best[1])):
+                continue
+            if _read_json(other / MARKER) != self._want(m) or not (other / ".last").is_file():
+                continue
+            names = (other / ".bench-dirs").read_text(encoding="utf-8").split()
+            if len(names) == m:
+                best = (other, names)
+        return best
 
     def bundles(self, n: int | None = None) -> list[Any]:
         """Every bundle of the corpus, read into memory once."""
@@ -248,20 +324,24 @@ class Context:
         return timing
 
     def timed_process(self, argv: Sequence[str], runs: int | None = None,
-                      stdout: Callable[[], Any] | None = None) -> Timing:
+                      stdout: Callable[[], Any] | None = None,
+                      setup: Callable[[], Any] | None = None,
+                      env: dict[str, str] | None = None) -> Timing:
         """Run ``argv`` (from the repository root) ``runs`` times; CPU is the child's user+sys.
 
-        ``stdout`` opens a fresh sink for each run (default: discard). A non-zero
-        exit raises, with the end of stderr.
+        ``stdout`` opens a fresh sink for each run (default: discard); ``setup``
+        runs, untimed, before each run. A non-zero exit raises, with the end of stderr.
         """
         timing = Timing([], [])
         for _ in range(runs or self.repeats):
+            if setup is not None:
+                setup()
             sink = stdout() if stdout else None
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             try:
                 proc = subprocess.run(argv, cwd=REPO, stdout=sink or subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, check=False)
+                                      stderr=subprocess.PIPE, check=False, env=env)
             finally:
                 if sink is not None:
                     sink.close()
@@ -400,13 +480,293 @@ def cold_start(ctx: Context) -> list[Row]:
         ("cold: loop-rules classify 1 bundle", ctx.cli("classify", "--format", "jsonl", one), 1,
          "imports, plugins, pack load, one bundle"),
     ]
+    modes: list[tuple[str, dict[str, str] | None, str]] = [("", None, "")]
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        # This environment never writes byte-code, so every start compiles loop-rules'
+        # sources. An installed wheel (or any earlier run elsewhere) has it cached:
+        # measure that too, with the cache under bench/out/.
+        cached = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        cached["PYTHONPYCACHEPREFIX"] = str(OUT / "pycache")
+        modes = [(" (no byte-code cache)", None, "PYTHONDONTWRITEBYTECODE is set: sources compiled "
+                  "at every start; "), (" (byte-code cached)", cached, "")]
     rows = []
     for label, argv, bundles, what in cases:
-        ctx.timed_process(argv, runs=1)  # warm the page cache and the .pyc files
-        t = ctx.timed_process(argv, runs=ctx.cold_runs)
-        rows.append(Row(label, bundles, t.seconds,
-                        f"{t.seconds * 1000:.0f} ms, {t.describe('ms')}; {what}",
-                        {**t.extra(), "ms": t.seconds * 1000}, rate=False))
+        # The interpreter alone has its byte-code either way: one row.
+        for suffix, env, why in [("", None, "")] if argv[0] == sys.executable else modes:
+            ctx.timed_process(argv, runs=1, env=env)  # warm the page cache (and the byte-code cache)
+            t = ctx.timed_process(argv, runs=ctx.cold_runs, env=env)
+            rows.append(Row(label + suffix, bundles, t.seconds,
+                            f"{t.seconds * 1000:.0f} ms, {t.describe('ms')}; {why}{what}",
+                            {**t.extra(), "ms": t.seconds * 1000}, rate=False))
+    return rows
+
+
+STATE_DIRS = ("_loop", "_review-queue", "_dedup-queue")
+
+
+def _wipe_state(root: Path) -> None:
+    """Remove what ``loop-rules run`` writes into a captures folder (the corpus stays as generated)."""
+    for name in STATE_DIRS:
+        shutil.rmtree(root / name, ignore_errors=True)
+
+
+@scenario("run", "`loop-rules run CORPUS --format json` end to end in a subprocess: SQLite "
+                 "tracker, review queue, trust; a fresh tracker each repeat; and --dry-run")
+def run_cli(ctx: Context) -> list[Row]:
+    corpus = ctx.corpus()
+    rel = os.path.relpath(corpus.root, REPO)
+    sink = OUT / "cli-run.json"
+    rows = []
+    try:
+        for label, extra in (("run (sqlite)", ()), ("run --dry-run", ("--dry-run",))):
+            argv = ctx.cli("run", rel, "--format", "json", *extra)
+            t = ctx.timed_process(argv, stdout=lambda: open(sink, "wb"),
+                                  setup=lambda: _wipe_state(corpus.root))
+            data = json.loads(sink.read_text(encoding="utf-8"))
+            if data["bundles"] != corpus.n:
+                raise RuntimeError(f"loop-rules run saw {data['bundles']} bundles of {corpus.n}")
+            what = (f"filed {data['filed_new']} new + {data['plus_one']} +1, "
+                    f"{data['review_queued']} queued for review" if not extra
+                    else f"{data['would_file']} would be filed")
+            rows.append(Row(label, corpus.n, t.seconds,
+                            f"{what}; default pack; {t.describe()}; "
+                            f"CPU {corpus.n / t.cpu_seconds:,.0f} bundles/s",
+                            {**t.extra(), "summary": {k: v for k, v in data.items() if k != "errors"}}))
+    finally:
+        _wipe_state(corpus.root)
+    return rows
+
+
+@scenario("tracker", "filing the corpus's fileable failures into a fresh SQLite tracker: "
+                     "one transaction each (file) vs batches (file_many)")
+def tracker(ctx: Context) -> list[Row]:
+    import tempfile
+
+    from loop_core.pipeline import process_bundle
+    from loop_core.trackers import BATCH, SqliteTracker
+
+    corpus = ctx.corpus()
+    engine = ctx.engine("default")
+    items = []
+    for d in corpus.dirs:
+        item = process_bundle(d, engine)
+        if item.draft is not None and item.occurrence is not None:
+            items.append((item.draft, item.occurrence))
+    rows = []
+    with tempfile.TemporaryDirectory(dir=OUT) as tmp:
+        counter = iter(range(10**6))
+
+        def one_by_one() -> None:
+            db = SqliteTracker(Path(tmp) / f"t{next(counter)}.sqlite")
+            for pair in items:
+                db.file(*pair)
+            db.close()
+
+        def batched() -> None:
+            db = SqliteTracker(Path(tmp) / f"t{next(counter)}.sqlite")
+            db.file_many(items)
+            db.close()
+
+        for label, fn in (("tracker: file, one transaction each", one_by_one),
+                          (f"tracker: file_many, {BATCH} per transaction", batched)):
+            t = ctx.timed(fn)
+            rows.append(Row(label, len(items), t.seconds,
+                            f"{len(items):,} occurrences ({len(items) / t.seconds:,.0f}/s, fresh tracker, "
+                            f"open and close included); {t.describe()}", t.extra()))
+    return rows
+
+
+@scenario("jobs", "--jobs 1 vs --jobs 2, runs alternating: `loop-rules classify --format jsonl` "
+                  "and `loop-rules run --dry-run` in a subprocess (wall-clock speed-up)")
+def jobs(ctx: Context) -> list[Row]:
+    corpus = ctx.corpus()
+    rel = os.path.relpath(corpus.root, REPO)
+    rows = []
+    outputs: dict[int, bytes] = {}
+    for label, base in (("classify", ("classify", "--format", "jsonl", rel)),
+                        ("run --dry-run", ("run", "--dry-run", "--format", "json", rel))):
+        timings = {1: Timing([], []), 2: Timing([], [])}
+        for _ in range(ctx.repeats):  # alternate, so a slow spell of the machine hits both
+            for j in (1, 2):
+                sink = OUT / f"cli-jobs{j}.out"
+                t = ctx.timed_process(ctx.cli(*base, "--jobs", str(j)), runs=1,
+                                      stdout=lambda s=sink: open(s, "wb"))
+                timings[j].wall += t.wall
+                timings[j].cpu += t.cpu
+                outputs[j] = sink.read_bytes()
+        if outputs[1] != outputs[2]:
+            raise RuntimeError(f"{label}: --jobs 2 printed something else than --jobs 1")
+        speedup = timings[1].seconds / timings[2].seconds
+        for j in (1, 2):
+            t = timings[j]
+            note = (f"{speedup:.2f}x the speed of --jobs 1 (same output); " if j == 2 else "") + t.describe()
+            rows.append(Row(f"{label} --jobs {j}", corpus.n, t.seconds, note,
+                            {**t.extra(), **({"speedup": speedup} if j == 2 else {})}))
+    return rows
+
+
+# Vocabulary for synthetic packs: components, failure phrasings and exception names an
+# engine log could plausibly hold, combined into phrases no two rules share.
+_COMPONENTS = ("nccl", "cublas", "cudnn", "flashinfer", "triton", "marlin", "machete", "cutlass", "xformers",
+               "awq", "gptq", "gguf", "bitsandbytes", "moe", "rope", "tokenizer", "sampler", "scheduler",
+               "kv cache", "block manager", "prefix cache", "lora adapter", "speculative decoder",
+               "detokenizer", "cuda graph", "torch.compile", "allreduce", "pipeline stage", "expert router",
+               "paged attention", "rotary embedding", "logits processor", "guided decoding", "vision tower")
+_FAILURES = ("failed to initialize", "is not supported for", "returned an invalid handle in",
+             "timed out waiting for", "could not allocate workspace for", "raised an unexpected error in",
+             "refused the request from", "lost its connection to", "found a corrupted entry in",
+             "exceeded the limit of", "rejected the config of", "cannot be loaded with")
+_EXCEPTIONS = ("RuntimeError", "ValueError", "AssertionError", "NotImplementedError", "KeyError",
+               "TypeError", "OSError", "ImportError")
+_CLASSES = ("genuine-oom", "quant-unsupported", "overlay-arch-drift", "kernel-unsupported",
+            "benign-cold-start", "unknown")
+
+
+def synthetic_pack(root: Path, count: int, seed: int = 0) -> Path:
+    """Write a pack of ``count`` realistic rules to ``root`` (the first k of any two sizes agree).
+
+    Half are regexes over the whole failure text (an exception name, a component, a failure
+    phrase and a code or version), a quarter ``contains`` lists of two or three phrases,
+    the rest combine a ``select`` on a manifest field with a text condition. Every rule
+    names phrases of its own, so on the generated corpus almost none match and every
+    bundle that Tier 1 does not decide walks the whole pack, the worst case.
+    """
+    import random
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "pack.yml").write_text(f"name: synthetic-{count}\nregex_timeout: 0.25\n", encoding="utf-8")
+    lines = ["rules:"]
+    for i in range(count):
+        rng = random.Random(f"loop-bench-pack:{seed}:{i}")
+        comp, fail, exc = rng.choice(_COMPONENTS), rng.choice(_FAILURES), rng.choice(_EXCEPTIONS)
+        code = f"{rng.randrange(100, 1000)}"
+        tag = f"{comp.replace(' ', '_').replace('.', '_')}_{i:04d}"
+        phrase = f"{comp} {fail} {tag}"
+        cls = _CLASSES[i % len(_CLASSES)]
+        lines += [f"  - id: synthetic-{i:04d}", f"    class: {cls}",
+                  f"    description: synthetic rule {i} ({comp}, {fail})"]
+        kind = i % 4
+        hit = f"{exc}: {comp} {fail} {tag}"
+        if kind == 3:
+            field_ = ("quant_label", "arch_family", "topology_class")[i % 3]
+            example = (f"{{manifest: {{{field_}: {yaml_quote(tag)}}}, "
+                       f"pt3: {{ok: false, failure_log_excerpt: {yaml_quote(hit)}}}}}")
+        else:
+            example = yaml_quote(hit)
+        examples = ["    examples:", f"      match: [{example}]", "      no_match: ['RuntimeError: NCCL error']"]
+        if kind in (0, 1):
+            spaced = fail.replace(" ", r"\s+")
+            pattern = (rf"(?i)\b{exc}: {re_escape(comp)} {spaced} {tag}\b"
+                       rf"|{re_escape(tag)} \((?:code|errno) {code}\)|{re_escape(comp)} v?\d+\.\d+ {re_escape(tag)}")
+            lines += ["    when:", "      select: $.signal.all_text", f"      regex: {yaml_quote(pattern)}"]
+        elif kind == 2:
+            lits = [phrase, f"{tag} (code {code})", f"{exc.lower()}: {tag}"][: 2 + i % 2]
+            lines += ["    when:", "      select: $.signal.all_text", "      ignore_case: true",
+                      "      contains: [" + ", ".join(yaml_quote(x) for x in lits) + "]"]
+        else:
+            lines += ["    when:", "      all:",
+                      f"        - {{select: $.manifest.{field_}, in: [{yaml_quote(tag)}, {yaml_quote(tag.upper())}]}}",
+                      f"        - {{select: $.signal.all_text, regex: {yaml_quote(rf'(?i){re_escape(comp)} {fail}')}}}"]
+        lines += examples
+    (root / "10-synthetic.yml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def re_escape(text: str) -> str:
+    import re
+
+    return re.escape(text).replace("\\ ", " ")
+
+
+def yaml_quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+@scenario("rules-scaling", "Engine.classify of the same bundles with synthetic packs of 50 and "
+                           "500 realistic rules (regex, contains, select)")
+def rules_scaling(ctx: Context) -> list[Row]:
+    import tempfile
+
+    from loop_core import Engine, make_plugin_manager
+
+    bundles = ctx.bundles()
+    rows = []
+    results: dict[int, Timing] = {}
+    with tempfile.TemporaryDirectory(dir=OUT) as tmp:
+        for count in (50, 500):
+            t0 = time.perf_counter()
+            engine = Engine.build(str(synthetic_pack(Path(tmp) / f"pack-{count}", count)),
+                                  make_plugin_manager(entry_points=False))
+            build = time.perf_counter() - t0
+            matched: dict[str, int] = {}
+
+            def run(engine: Any = engine, matched: dict[str, int] = matched) -> None:
+                matched.clear()
+                for b in bundles:
+                    rule = engine.classify(b).matched_rule or "none"
+                    if rule.startswith("synthetic-"):
+                        matched[rule] = matched.get(rule, 0) + 1
+
+            t = results[count] = ctx.timed(run)
+            ratio = f"; {t.seconds / results[50].seconds:.2f}x the time of 50 rules" if count != 50 else ""
+            rows.append(Row(f"classify, {count} synthetic rules", len(bundles), t.seconds,
+                            f"engine build {build * 1000:.0f} ms; {sum(matched.values())} decided by a "
+                            f"synthetic rule{ratio}; {t.describe()}",
+                            {**t.extra(), "engine_build_s": build, "rules": count}))
+    return rows
+
+
+_MEASURE = """\
+import json, resource, subprocess, sys, time
+out = open(sys.argv[1], "wb")
+t0 = time.perf_counter()
+proc = subprocess.run(sys.argv[2:], stdout=out, stderr=subprocess.PIPE, check=False)
+wall = time.perf_counter() - t0
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"code": proc.returncode, "wall": wall, "cpu": usage.ru_utime + usage.ru_stime,
+                  "maxrss": usage.ru_maxrss, "stderr": proc.stderr[-400:].decode(errors="replace")}))
+"""
+
+
+def measure_process(argv: Sequence[str], sink: Path) -> dict[str, Any]:
+    """Run ``argv`` under a fresh Python whose only child it is: wall, CPU and peak RSS (MB).
+
+    ``RUSAGE_CHILDREN.ru_maxrss`` is a high-water mark over every child a
+    process ever waited for, so each measurement gets its own parent.
+    """
+    done = subprocess.run([sys.executable, "-c", _MEASURE, str(sink), *argv], cwd=REPO,
+                          capture_output=True, text=True, check=True)
+    data: dict[str, Any] = json.loads(done.stdout)
+    if data["code"] not in (0, 1):
+        raise RuntimeError(f"{' '.join(argv[:3])}... exited {data['code']}: {data['stderr']}")
+    # Linux reports kilobytes, macOS bytes.
+    data["rss_mb"] = data["maxrss"] / (1 << 20 if sys.platform == "darwin" else 1 << 10)
+    return data
+
+
+@scenario("rss", "peak RSS and cost per bundle of `loop-rules classify --format jsonl` and "
+                 "`loop-rules run --dry-run` over 10,000 and 100,000 bundles (one run each)")
+def rss(ctx: Context) -> list[Row]:
+    rows = []
+    first: dict[str, dict[str, Any]] = {}
+    for n in ctx.rss_sizes:
+        corpus = ctx.corpus(n)
+        rel = os.path.relpath(corpus.root, REPO)
+        for label, argv in (("classify --format jsonl", ctx.cli("classify", "--format", "jsonl", rel)),
+                            ("run --dry-run", ctx.cli("run", "--dry-run", "--format", "json", rel))):
+            ctx.log(f"  {label} over {corpus.n:,} bundles ...")
+            data = measure_process(argv, OUT / "rss.out")
+            us_wall, us_cpu = data["wall"] / corpus.n * 1e6, data["cpu"] / corpus.n * 1e6
+            note = (f"peak RSS {data['rss_mb']:.0f} MB; {us_wall:,.0f} µs/bundle wall, "
+                    f"{us_cpu:,.0f} µs/bundle CPU")
+            base = first.setdefault(label, {**data, "n": corpus.n})
+            if base["n"] != corpus.n:
+                note += (f"; per bundle {us_cpu / (base['cpu'] / base['n'] * 1e6):.2f}x the CPU "
+                         f"of {base['n']:,} bundles")
+            rows.append(Row(f"rss: {label}", corpus.n, data["wall"], f"{note}; 1 run; default pack",
+                            {"rss_mb": data["rss_mb"], "cpu_seconds": data["cpu"],
+                             "us_per_bundle_wall": us_wall, "us_per_bundle_cpu": us_cpu}))
+        (OUT / "rss.out").unlink(missing_ok=True)
     return rows
 
 
@@ -493,6 +853,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeats", type=int, default=None, help="repeats per timed scenario (default 3)"
     )
+    parser.add_argument(
+        "--rss-sizes", default=None, metavar="N,M",
+        help=f"corpus sizes of the rss scenario (default {','.join(map(str, RSS_SIZES))}; "
+             f"--quick: {','.join(map(str, QUICK_RSS_SIZES))})",
+    )
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     args = parser.parse_args(argv)
@@ -515,6 +880,8 @@ def main(argv: list[str] | None = None) -> int:
         repeats,
         3 if args.quick else 5,
         log=lambda msg: print(msg, file=sys.stderr, flush=True),
+        rss_sizes=(tuple(int(x) for x in args.rss_sizes.split(",") if x) if args.rss_sizes
+                   else QUICK_RSS_SIZES if args.quick else RSS_SIZES),
     )
 
     selected = [s for s in SCENARIOS.values() if not only or s.name in only]

@@ -14,7 +14,7 @@ from .errors import BundleError
 from .keys import consensus_key, dedup_key, dedup_labels
 from .verdict import Classification
 
-__all__ = ["Outcome", "classify_paths", "discover_bundles", "verdict_row"]
+__all__ = ["Outcome", "classify_paths", "classify_rows", "discover_bundles", "verdict_row"]
 
 
 def _is_bundle_dir(path: Path) -> tuple[bool, list[Path]]:
@@ -74,12 +74,32 @@ class Outcome:
 def classify_paths(paths: Iterable[str | os.PathLike[str]], engine: Engine,
                    limits: ReadLimits | None = None) -> Iterator[Outcome]:
     for path in discover_bundles(paths):
-        try:
-            bundle = read_bundle(path, limits=limits)
-        except BundleError as e:
-            yield Outcome(path, None, e, None)
-            continue
-        yield Outcome(path, bundle, None, engine.classify(bundle))
+        yield _outcome(path, engine, limits)
+
+
+def _outcome(path: Path, engine: Engine, limits: ReadLimits | None = None) -> Outcome:
+    try:
+        bundle = read_bundle(path, limits=limits)
+    except BundleError as e:
+        return Outcome(path, None, e, None)
+    return Outcome(path, bundle, None, engine.classify(bundle))
+
+
+def _row(path: str, engine: Engine) -> dict[str, Any]:
+    return verdict_row(_outcome(Path(path), engine))
+
+
+def classify_rows(paths: Iterable[str | os.PathLike[str]], engine: Engine, *, jobs: int = 1,
+                  rules: str | None = None) -> Iterator[dict[str, Any]]:
+    """:func:`verdict_row` of every bundle under ``paths``, in discovery order, streamed.
+
+    With ``jobs > 1`` bundles are read and classified in that many worker
+    processes (:func:`loop_core.parallel.engine_map`); only the rows travel back.
+    """
+    from .parallel import engine_map
+
+    found = (os.fspath(path) for path in discover_bundles(paths))
+    return engine_map(_row, found, engine, jobs=jobs, rules=rules)
 
 
 def verdict_row(outcome: Outcome) -> dict[str, Any]:

@@ -164,40 +164,66 @@ def read_bundle(path: str | os.PathLike[str], *, limits: ReadLimits | None = Non
         message starts with the offending file.
     """
     limits = limits or ReadLimits()
-    root = Path(path)
+    root = path if isinstance(path, Path) else Path(path)
     try:
         st = os.stat(root)
     except (OSError, ValueError) as e:  # ValueError: a NUL byte in the path
         raise BundleError(f"{root}: no such bundle directory", path=root) from e
     if not stat.S_ISDIR(st.st_mode):
         raise BundleError(f"{root}: not a directory", path=root)
-    _refuse_special_entries(root)
+    # The scan's listing spares an open() of each absent file (pt5, usually)
+    # and a stat() of pt5; without a listing every file is simply opened.
+    files = _Files(root, _refuse_special_entries(root), limits)
 
-    manifest = _read_object(root, MANIFEST, limits)
+    manifest = files.read(MANIFEST)
     if manifest is None:
         raise BundleError(f"{root / MANIFEST}: missing", path=root)
     if manifest.get("schema") == 2:
-        return _read_gate(root, manifest, limits)
-    return _read_capture(root, manifest, limits)
+        return _read_gate(files, manifest)
+    return _read_capture(files, manifest)
 
 
-def _read_capture(root: Path, manifest: dict[str, Any], limits: ReadLimits) -> Bundle:
-    where = root / MANIFEST
+class _Files:
+    """The bundle files of one directory, read by name (plain ``str`` paths: no ``Path`` per file)."""
+
+    __slots__ = ("root", "prefix", "listing", "limits")
+
+    def __init__(self, root: Path, listing: dict[str, bool] | None, limits: ReadLimits) -> None:
+        self.root = root
+        base = os.fspath(root)
+        self.prefix = base if base.endswith(os.sep) else base + os.sep
+        self.listing = listing  # bundle file name -> is a directory; None: not scanned
+        self.limits = limits
+
+    def read(self, name: str) -> dict[str, Any] | None:
+        """The decoded object in ``name``; None when the file does not exist."""
+        if self.listing is not None and name not in self.listing:
+            return None
+        return _read_object(self.root, name, self.limits, self.prefix + name)
+
+    def is_dir(self, name: str) -> bool:
+        if self.listing is not None:
+            return self.listing.get(name, False)
+        return os.path.isdir(self.prefix + name)
+
+
+def _read_capture(files: _Files, manifest: dict[str, Any]) -> Bundle:
+    root = files.root
     schema = manifest.get("schema", "<absent>")
     if schema != 1:
-        raise BundleError(f"{where}: unsupported schema {schema!r}, expected 1 or 2", path=root)
+        raise BundleError(f"{root / MANIFEST}: unsupported schema {schema!r}, expected 1 or 2", path=root)
     missing = sorted(MANIFEST_KEYS_V1 - manifest.keys())
     if missing:
-        raise BundleError(f"{where}: missing keys {', '.join(missing)}", path=root)
+        raise BundleError(f"{root / MANIFEST}: missing keys {', '.join(missing)}", path=root)
     if manifest["failure_class"] is not None:
         raise BundleError(
-            f"{where}: failure_class must be null (the producer never classifies), "
+            f"{root / MANIFEST}: failure_class must be null (the producer never classifies), "
             f"got {manifest['failure_class']!r}",
             path=root,
         )
     parts = []
     for name, point in ((PT1, "gate"), (PT2, "download"), (PT3, "boot"), (PT4, "smoke")):
-        doc = _read_object(root, name, limits)
+        doc = files.read(name)
         if doc is None:
             raise BundleError(f"{root / name}: missing", path=root)
         if "schema" in doc and doc["schema"] != 1:
@@ -205,13 +231,14 @@ def _read_capture(root: Path, manifest: dict[str, Any], limits: ReadLimits) -> B
         _expect_point(root, name, doc, point)
         parts.append(doc)
     # §2.2.7: pt5 is read only if it "exists as a file"; a directory is ignored.
-    pt5 = None if (root / PT5).is_dir() else _read_object(root, PT5, limits)
+    pt5 = None if files.is_dir(PT5) else files.read(PT5)
     if pt5 is not None:
         _expect_point(root, PT5, pt5, "override_capture")
     return Bundle(root, 1, manifest, parts[0], parts[1], parts[2], parts[3], pt5)
 
 
-def _read_gate(root: Path, manifest: dict[str, Any], limits: ReadLimits) -> Bundle:
+def _read_gate(files: _Files, manifest: dict[str, Any]) -> Bundle:
+    root = files.root
     where = root / MANIFEST
     missing = sorted(MANIFEST_KEYS_V2 - manifest.keys())
     if missing:
@@ -226,7 +253,7 @@ def _read_gate(root: Path, manifest: dict[str, Any], limits: ReadLimits) -> Bund
         raise BundleError(
             f"{where}: failure_class must be null, got {manifest['failure_class']!r}", path=root
         )
-    pt1 = _read_object(root, PT1, limits)
+    pt1 = files.read(PT1)
     if pt1 is None:
         raise BundleError(f"{root / PT1}: missing", path=root)
     if "schema" in pt1 and pt1["schema"] != 2:
@@ -241,87 +268,109 @@ def _expect_point(root: Path, name: str, doc: Mapping[str, Any], point: str) -> 
         raise BundleError(f"{root / name}: point must be {point!r}, got {value!r}", path=root)
 
 
-def _refuse_special_entries(root: Path) -> None:
-    """Refuse symlinks, FIFOs, devices and sockets anywhere at the bundle's top level."""
+def _refuse_special_entries(root: Path) -> dict[str, bool]:
+    """Refuse symlinks, FIFOs, devices and sockets anywhere at the bundle's top level.
+
+    Returns the bundle files present (:data:`BUNDLE_FILES`), each mapped to
+    whether it is a directory.
+    """
     try:
         entries = list(os.scandir(root))
     except OSError as e:
         raise BundleError(f"{root}: cannot list directory: {e.strerror}", path=root) from e
+    present = {}
     for entry in entries:
         if entry.is_symlink():
             raise BundleError(f"{entry.path}: is a symlink; bundles hold regular files only", path=root)
-        if not (entry.is_file(follow_symlinks=False) or entry.is_dir(follow_symlinks=False)):
+        is_dir = entry.is_dir(follow_symlinks=False)
+        if not (is_dir or entry.is_file(follow_symlinks=False)):
             raise BundleError(
                 f"{entry.path}: is not a regular file (FIFO, device or socket)", path=root
             )
+        if entry.name in _BUNDLE_FILE_SET:
+            present[entry.name] = is_dir
+    return present
 
 
-def _read_object(root: Path, name: str, limits: ReadLimits) -> dict[str, Any] | None:
-    """Decode one JSON object file; None when the file does not exist."""
-    where = root / name
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+_BUNDLE_FILE_SET = frozenset(BUNDLE_FILES)
+_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | getattr(os, "O_CLOEXEC", 0))
+
+
+def _read_object(root: Path, name: str, limits: ReadLimits, path: str | None = None) -> dict[str, Any] | None:
+    """Decode one JSON object file; None when the file does not exist.
+
+    ``path`` is ``root / name`` as a string when the caller has it; error
+    messages always name ``root / name``.
+    """
     try:
-        fd = os.open(where, flags | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path if path is not None else root / name, _OPEN_FLAGS)
     except FileNotFoundError:
         return None
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise BundleError(f"{where}: is a symlink; bundles hold regular files only", path=root) from e
-        raise BundleError(f"{where}: cannot open: {e.strerror}", path=root) from e
+            raise BundleError(f"{root / name}: is a symlink; bundles hold regular files only", path=root) from e
+        raise BundleError(f"{root / name}: cannot open: {e.strerror}", path=root) from e
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            raise BundleError(f"{where}: is {kind}", path=root)
+            raise BundleError(f"{root / name}: is {kind}", path=root)
         if st.st_size > limits.max_file_bytes:
             raise BundleError(
-                f"{where}: {st.st_size} bytes is over the {limits.max_file_bytes}-byte limit",
+                f"{root / name}: {st.st_size} bytes is over the {limits.max_file_bytes}-byte limit",
                 path=root,
             )
-        chunks = []
+        # One read of the size fstat gave (plus one byte) usually meets the end of the
+        # file at once; a file that grew meanwhile is read on, up to the limit.
         remaining = limits.max_file_bytes + 1
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        data = b"".join(chunks)
+        want = min(remaining, st.st_size + 1)
+        data = os.read(fd, want)
+        if len(data) == want:
+            chunks = [data]
+            remaining -= len(data)
+            while remaining > 0:
+                chunk = os.read(fd, min(remaining, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                remaining -= len(chunk)
+            data = b"".join(chunks)
     except OSError as e:
-        raise BundleError(f"{where}: cannot read: {e.strerror}", path=root) from e
+        raise BundleError(f"{root / name}: cannot read: {e.strerror}", path=root) from e
     finally:
         os.close(fd)
     if len(data) > limits.max_file_bytes:
-        raise BundleError(f"{where}: over the {limits.max_file_bytes}-byte limit", path=root)
-    return _decode_object(where, data, limits, root)
+        raise BundleError(f"{root / name}: over the {limits.max_file_bytes}-byte limit", path=root)
+    return _decode_object(root, name, data, limits)
 
 
-def _decode_object(where: Path, data: bytes, limits: ReadLimits, root: Path) -> dict[str, Any]:
+def _decode_object(root: Path, name: str, data: bytes, limits: ReadLimits) -> dict[str, Any]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise BundleError(
-            f"{where}: not UTF-8 (byte {data[e.start]:#04x} at offset {e.start})", path=root
+            f"{root / name}: not UTF-8 (byte {data[e.start]:#04x} at offset {e.start})", path=root
         ) from e
     depth = _nesting_depth(text, limits.max_depth)
     if depth > limits.max_depth:
         raise BundleError(
-            f"{where}: JSON nested deeper than {limits.max_depth} levels", path=root
+            f"{root / name}: JSON nested deeper than {limits.max_depth} levels", path=root
         )
     try:
         doc = json.loads(text)
     except ValueError as e:
-        raise BundleError(f"{where}: invalid JSON: {e}", path=root) from e
+        raise BundleError(f"{root / name}: invalid JSON: {e}", path=root) from e
     except RecursionError as e:  # pragma: no cover - the depth pre-check prevents it
-        raise BundleError(f"{where}: JSON nested too deeply", path=root) from e
+        raise BundleError(f"{root / name}: JSON nested too deeply", path=root) from e
     if not isinstance(doc, dict):
-        raise BundleError(f"{where}: expected a JSON object, got {type(doc).__name__}", path=root)
-    if _SURROGATE_ESCAPE.search(text):
+        raise BundleError(f"{root / name}: expected a JSON object, got {type(doc).__name__}", path=root)
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
         try:
             json.dumps(doc, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError as e:
             raise BundleError(
-                f"{where}: holds a lone surrogate escape, which is not valid Unicode", path=root
+                f"{root / name}: holds a lone surrogate escape, which is not valid Unicode", path=root
             ) from e
     return doc
 

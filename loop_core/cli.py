@@ -90,28 +90,38 @@ def cli() -> None:
     """
 
 
+def jobs_option(f: F) -> F:
+    return click.option(
+        "--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+        help="Worker processes for reading and classifying (output stays in discovery order).",
+    )(f)
+
+
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @rules_option
 @catalog_option
 @format_option("table", "json", "jsonl")
+@jobs_option
 @_guard
-def classify(paths: tuple[Path, ...], rules: str, catalog: Path | None, fmt: str) -> None:
+def classify(paths: tuple[Path, ...], rules: str, catalog: Path | None, fmt: str, jobs: int) -> None:
     """Classify every bundle under PATHS.
 
     A PATH is a bundle directory or a folder searched recursively for bundles
-    (folders starting with '_' are spools and are skipped). Exit status 1
-    when any bundle could not be read, 0 otherwise.
+    (folders starting with '_' are spools and are skipped). Rows are printed
+    as each bundle is classified, in the same order for any --jobs. Exit
+    status 1 when any bundle could not be read, 0 otherwise.
 
     \b
     Example:
         loop-rules classify examples/pull-captures
         loop-rules classify --format jsonl --rules reference captures/ > verdicts.jsonl
+        loop-rules classify --jobs 4 --format jsonl captures/ > verdicts.jsonl
     """
-    from .batch import classify_paths, verdict_row
+    from .batch import classify_rows
 
     engine = _engine(rules)
-    rows = (verdict_row(o) for o in classify_paths(paths, engine))
+    rows = classify_rows(paths, engine, jobs=jobs, rules=rules)
     bad = _emit_rows(rows, fmt, _classify_table)
     if bad:
         sys.exit(1)
@@ -119,7 +129,12 @@ def classify(paths: tuple[Path, ...], rules: str, catalog: Path | None, fmt: str
 
 def _emit_rows(rows: Iterable[dict[str, Any]], fmt: str,
                table: Callable[[Iterable[dict[str, Any]]], int]) -> int:
-    """Print rows as jsonl, one json array, or a table; return how many had reader errors."""
+    """Print rows as jsonl, one json array, or a table; return how many had reader errors.
+
+    Every format streams: a row is printed when it arrives, never collected.
+    The json array is written element by element, byte for byte what
+    ``json.dumps(rows, indent=2, ensure_ascii=False)`` gives.
+    """
     if fmt == "table":
         return table(rows)
     bad = 0
@@ -128,9 +143,14 @@ def _emit_rows(rows: Iterable[dict[str, Any]], fmt: str,
             bad += row.get("reader_error") is not None
             click.echo(json.dumps(row, ensure_ascii=False))
         return bad
-    collected = list(rows)
-    bad = sum(r.get("reader_error") is not None for r in collected)
-    click.echo(json.dumps(collected, indent=2, ensure_ascii=False))
+    opening = "[\n  "
+    for row in rows:
+        bad += row.get("reader_error") is not None
+        # One level deeper inside the array: every line of the element two more spaces
+        # (JSON strings hold no raw newline, so the only newlines are json's own).
+        click.echo(opening + json.dumps(row, indent=2, ensure_ascii=False).replace("\n", "\n  "), nl=False)
+        opening = ",\n  "
+    click.echo("[]" if opening == "[\n  " else "\n]")
     return bad
 
 

@@ -86,12 +86,47 @@ _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u
                        r"\ud800-\udfff]")
 _MENTION = re.compile(r"@(?=[\w-])")
 _BACKTICKS = re.compile(r"`+")
+# Per pattern of _SECRETS, literals one of which every match holds, and whether
+# they are to be looked for in the lower-cased text (the pattern ignores case).
+# Most text holds none of them: a substring test then spares the regex. Sound
+# for ASCII text, where lower() is exact; other text runs every pattern.
+_SECRET_GUARDS: tuple[tuple[tuple[str, ...], bool], ...] = (
+    (("hf_",), False),
+    (("gh", "github_pat_"), False),
+    (("akia", "asia", "agpa", "aida", "aroa"), True),
+    (("aws_s",), True),
+    (("token", "key"), True),
+    (("authorization:",), True),
+    (("@",), False),
+    (("/home/", "/users/"), True),
+    ((":\\users\\",), True),
+)
+# Any of those literals, in the lower-cased text: most text holds none and is done at once.
+_ANY_SECRET_HINT = re.compile("|".join(re.escape(lit.lower()) for lits, _ in _SECRET_GUARDS for lit in lits))
 
 
 def scrub_secrets(text: str) -> str:
     """Replace tokens, e-mail addresses and home-directory user names."""
-    for pattern, replacement in _SECRETS:
-        text = pattern.sub(replacement, text)
+    if not text.isascii():
+        for pattern, replacement in _SECRETS:
+            text = pattern.sub(replacement, text)
+        return text
+    lowered = text.lower()
+    if not _ANY_SECRET_HINT.search(lowered):
+        return text
+    low: str | None = lowered
+    for (pattern, replacement), (literals, ignore_case) in zip(_SECRETS, _SECRET_GUARDS):
+        if ignore_case:
+            if low is None:
+                low = text.lower()
+            hay = low
+        else:
+            hay = text
+        if not any(lit in hay for lit in literals):
+            continue  # no match possible: the text stays as it is
+        scrubbed = pattern.sub(replacement, text)
+        if scrubbed != text:  # a later pattern looks at the text this one left
+            text, low = scrubbed, None
     return text
 
 
@@ -104,7 +139,8 @@ def sanitize(text: Any, *, inline: bool = False) -> str:
     out = _CONTROLS.sub("", out.replace("\r\n", "\n").replace("\r", "\n"))
     # Again: dropping a control or bidi mark may have joined the halves of a token.
     out = scrub_secrets(out)
-    out = _MENTION.sub("@\u200b", out)
+    if "@" in out:
+        out = _MENTION.sub("@\u200b", out)
     if inline:
         out = " ".join(out.split())
     return out

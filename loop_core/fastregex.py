@@ -183,34 +183,66 @@ def required_literals(pattern: str) -> frozenset[str] | None:
 
 
 class GuardedRegex:
-    """A compiled ``regex`` pattern whose searches skip text that cannot match."""
+    """A compiled ``regex`` pattern whose searches skip text that cannot match.
 
-    __slots__ = ("compiled", "pattern", "literals", "anchors", "line_local")
+    The pattern is analysed on first use (first search or first look at
+    ``literals``, ``anchors`` or ``line_local``), not when it is wrapped: a
+    command that loads a pack and classifies one bundle does not pay for
+    the rules it never reaches. Every search runs after the analysis, so
+    results do not depend on when it happened.
+    """
+
+    __slots__ = ("compiled", "pattern", "_literals", "_anchors", "_line_local", "_analysed")
 
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
         self.pattern: str = compiled.pattern
-        self.literals: tuple[str, ...] | None = None
-        # Per literal, a word it holds between two spaces (or None): such a word is a
-        # whitespace-separated token of any text holding the literal, so a set lookup
-        # can rule the literal out without scanning the text.
-        self.anchors: tuple[str | None, ...] = ()
-        self.line_local = False
+        self._analysed = False
+
+    @property
+    def literals(self) -> tuple[str, ...] | None:
+        """Lower-cased literals, longest first, one of which every match holds (None: unknown)."""
+        if not self._analysed:
+            self._analyse()
+        return self._literals
+
+    @property
+    def anchors(self) -> tuple[str | None, ...]:
+        """Per literal, a word it holds between two spaces (or None): such a word is a
+        whitespace-separated token of any text holding the literal, so a set lookup
+        can rule the literal out without scanning the text."""
+        if not self._analysed:
+            self._analyse()
+        return self._anchors
+
+    @property
+    def line_local(self) -> bool:
+        """No match can cross a newline or see past its line."""
+        if not self._analysed:
+            self._analyse()
+        return self._line_local
+
+    def _analyse(self) -> None:
+        literals, anchors, line_local = self._analysis()
+        self._literals, self._anchors, self._line_local = literals, anchors, line_local
+        self._analysed = True
+
+    def _analysis(self) -> tuple[tuple[str, ...] | None, tuple[str | None, ...], bool]:
         if _UNPARSED_SYNTAX.search(self.pattern):
-            return
+            return None, (), False
         flags = 0
         for theirs, ours in _FLAG_MAP:
-            if compiled.flags & theirs:
+            if self.compiled.flags & theirs:
                 flags |= ours
         try:
             parsed = sre_parse.parse(self.pattern, flags)
         except Exception:  # noqa: BLE001 - unknown syntax: always search in full
-            return
+            return None, (), False
         lits = _required(parsed)
-        if lits is not None:
-            self.literals = tuple(sorted(lits, key=len, reverse=True))
-            self.anchors = tuple(_anchor(lit) for lit in self.literals)
-            self.line_local = _line_local(parsed, parsed.state.flags)
+        if lits is None:
+            return None, (), False
+        literals = tuple(sorted(lits, key=len, reverse=True))
+        return literals, tuple(_anchor(lit) for lit in literals), _line_local(parsed, parsed.state.flags)
 
     def search(self, text: str, *, timeout: float | None = None, lowered: str | None = None,
                tokens: Callable[[], frozenset[str]] | None = None) -> Any:
@@ -219,7 +251,9 @@ class GuardedRegex:
         :param lowered: ``text.lower()`` if the caller has it (it is computed otherwise).
         :param tokens: returns ``frozenset(lowered.split())``, for callers that cache it.
         """
-        if self.literals is None:
+        if not self._analysed:
+            self._analyse()
+        if self._literals is None:
             return self.compiled.search(text, timeout=timeout)
         low = lowered if lowered is not None else text.lower()
         if not text.isascii() and (len(low) != len(text) or _FOLDS_TO_ASCII_S in text):
@@ -229,7 +263,7 @@ class GuardedRegex:
         present = self._present(low, tokens)
         if not present:
             return None
-        if not self.line_local:
+        if not self._line_local:
             return self.compiled.search(text, timeout=timeout)
         starts: set[int] = set()
         for lit in present:
@@ -248,10 +282,10 @@ class GuardedRegex:
 
     def _present(self, low: str, tokens: Callable[[], frozenset[str]] | None) -> list[str]:
         """The required literals that occur in ``low`` (a token lookup first, when possible)."""
-        assert self.literals is not None
-        words = tokens() if tokens is not None and any(self.anchors) else None
+        assert self._literals is not None
+        words = tokens() if tokens is not None and any(self._anchors) else None
         out = []
-        for lit, anchor in zip(self.literals, self.anchors):
+        for lit, anchor in zip(self._literals, self._anchors):
             if words is not None and anchor is not None and anchor not in words:
                 continue
             if lit in low:

@@ -12,17 +12,30 @@ For each bundle: read it (errors are counted, never fatal), classify it, then
 Everything before the tracker is a pure function of (bundle, pack, catalog),
 so ``jobs > 1`` classifies in worker processes while the parent alone writes
 to the tracker, in discovery order.
+
+A run streams: bundles are discovered, processed and routed one at a time
+(with ``jobs > 1`` through :func:`~loop_core.parallel.engine_map`, a few
+chunks in flight per worker). Fileable failures reach a tracker that offers
+``file_many`` in batches of up to :data:`~loop_core.trackers.BATCH` (one
+SQLite transaction each; a batch goes out when full, after
+:data:`FLUSH_SECONDS`, and at the end); each unknown is queued for review at
+once. Success anchors are indexed as they come and kept for the trust pass, beyond
+the first :data:`ANCHORS_IN_MEMORY` in an unnamed temporary file. Memory
+stays flat however many bundles the folder holds (the consensus index, a
+few hundred bytes per anchor, aside).
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import tempfile
+import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from .batch import discover_bundles
 from .bundle import Bundle, ReadLimits, read_bundle
@@ -31,7 +44,15 @@ from .dedup import IssueDraft, Occurrence, canonical_payload, occurrence_of, san
 from .engine import Engine
 from .errors import BundleError
 from .keys import dedup_key
-from .trackers import FileAction, ReviewQueue, Tracker, review_payload
+from .parallel import engine_map
+from .trackers import (
+    BATCH,
+    FileAction,
+    FileResult,
+    ReviewQueue,
+    Tracker,
+    review_payload,
+)
 from .trust import ConsensusIndex, graduation_set
 from .verdict import Classification, FailureClass
 from .view import View
@@ -133,28 +154,44 @@ class RunSummary:
         }
 
 
-_WORKER_ENGINE: Engine | None = None
+ANCHORS_IN_MEMORY = 2048  # success anchors kept in memory for the trust pass; later ones are spilled
+FLUSH_SECONDS = 0.25  # the longest a failure waits in a batch before it is filed
 
 
-def _init_worker(rules: str, pack_root: str | None) -> None:
-    global _WORKER_ENGINE
-    _WORKER_ENGINE = Engine.build(pack_root or rules)
+def _process(path: str | Path, engine: Engine) -> Processed:
+    return process_bundle(Path(path), engine)
 
 
-def _work(path: Path) -> Processed:
-    assert _WORKER_ENGINE is not None
-    return process_bundle(path, _WORKER_ENGINE)
+class _Anchors:
+    """Success anchors in arrival order: the first ``limit`` in memory, the rest pickled to a temp file."""
 
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = ANCHORS_IN_MEMORY if limit is None else limit
+        self.kept: list[Bundle] = []
+        self.spilled = 0
+        self._file: IO[bytes] | None = None
 
-def _processed(paths: Sequence[Path], engine: Engine, jobs: int, rules: str) -> Iterator[Processed]:
-    if jobs <= 1 or len(paths) < 2 * jobs:
-        for path in paths:
-            yield process_bundle(path, engine)
-        return
-    root = str(engine.pack.root) if engine.pack.root is not None else None
-    chunk = max(1, min(256, len(paths) // (jobs * 8)))
-    with ProcessPoolExecutor(max_workers=jobs, initializer=_init_worker, initargs=(rules, root)) as pool:
-        yield from pool.map(_work, paths, chunksize=chunk)
+    def add(self, anchor: Bundle) -> None:
+        if len(self.kept) < self.limit:
+            self.kept.append(anchor)
+            return
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="loop-rules-anchors-")
+        pickle.dump(anchor, self._file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.spilled += 1
+
+    def __iter__(self) -> Iterator[Bundle]:
+        yield from self.kept
+        if self._file is not None:
+            self._file.flush()
+            self._file.seek(0)
+            for _ in range(self.spilled):
+                yield pickle.load(self._file)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def run_captures(
@@ -168,37 +205,106 @@ def run_captures(
     rules: str = "default",
     consensus_n: int = 2,
     progress: Callable[[int, int], None] | None = None,
+    batch: int = BATCH,
 ) -> RunSummary:
     """Run the main job over ``captures``; see the module doc.
 
     :param tracker: where fileable failures go; ignored (may be None) with ``dry_run``.
-    :param progress: called as ``progress(done, total)`` after each bundle.
+    :param progress: called as ``progress(done, total)`` after each bundle (the
+        bundles are then listed before the first is read, to know the total).
+    :param batch: the most occurrences per ``file_many`` call of a tracker that has
+        one; 1 files each one at once.
     """
     summary = RunSummary(dry_run=dry_run, tracker="" if dry_run or tracker is None else tracker.name,
                          rules_version=engine.pack.version)
-    paths = list(discover_bundles([captures]))
+    found: Iterator[str] = (os.fspath(p) for p in discover_bundles([captures]))
+    total = 0
+    if progress is not None:
+        listed = list(found)
+        total = len(listed)
+        found = iter(listed)
     review = ReviewQueue(captures)
-    anchors: list[Bundle] = []
-    for done, item in enumerate(_processed(paths, engine, jobs, rules), 1):
-        summary.bundles += 1
-        if item.error is not None:
-            summary.reader_errors += 1
-            summary.errors.append({"bundle": str(item.path), "message": item.error})
-        else:
-            _route(item, summary, tracker, review, dry_run)
-            if item.anchor is not None:
-                anchors.append(item.anchor)
-        if progress is not None:
-            progress(done, len(paths))
-    index = ConsensusIndex.of(anchors)
-    for anchor in anchors:
-        result = engine.pm.hook.loop_evaluate_trust(bundle=anchor, catalog=catalog or Catalog(), priors=index,
-                                                    maintainer_promoted=False, consensus_n=consensus_n)
-        summary.anchors[result.stage.value] += 1
+    filer = _Filer(None if dry_run else tracker, summary, batch)
+    index = ConsensusIndex()
+    anchors = _Anchors()
+    try:
+        for done, item in enumerate(engine_map(_process, found, engine, jobs=jobs, rules=rules), 1):
+            summary.bundles += 1
+            if item.error is not None:
+                summary.reader_errors += 1
+                summary.errors.append({"bundle": str(item.path), "message": item.error})
+            else:
+                _route(item, summary, filer, review, dry_run)
+                if item.anchor is not None:
+                    index.add(item.anchor)
+                    anchors.add(item.anchor)
+            filer.tick()
+            if progress is not None:
+                progress(done, total)
+        filer.flush()
+        for anchor in anchors:
+            result = engine.pm.hook.loop_evaluate_trust(bundle=anchor, catalog=catalog or Catalog(), priors=index,
+                                                        maintainer_promoted=False, consensus_n=consensus_n)
+            summary.anchors[result.stage.value] += 1
+    finally:
+        anchors.close()
     return summary
 
 
-def _route(item: Processed, summary: RunSummary, tracker: Tracker | None, review: ReviewQueue,
+class _Filer:
+    """Hands fileable failures to the tracker: in batches when it has ``file_many``, else one by one.
+
+    A batch goes out when it holds ``batch`` failures or its oldest has waited
+    :data:`FLUSH_SECONDS`, and at the end of the run, so a kill loses at most
+    the batch in progress (which the rerun files) and a concurrent reader sees
+    the run's progress.
+    """
+
+    def __init__(self, tracker: Tracker | None, summary: RunSummary, batch: int) -> None:
+        self.tracker = tracker
+        self.summary = summary
+        self.batch = max(1, batch)
+        self.many = getattr(tracker, "file_many", None) if self.batch > 1 else None
+        self.pending: list[tuple[IssueDraft, Occurrence]] = []
+        self.since = 0.0
+
+    def file(self, draft: IssueDraft, occurrence: Occurrence) -> None:
+        assert self.tracker is not None
+        if self.many is None:
+            self._count(self.tracker.file(draft, occurrence))
+            return
+        if not self.pending:
+            self.since = time.monotonic()
+        self.pending.append((draft, occurrence))
+        if len(self.pending) >= self.batch:
+            self.flush()
+
+    def tick(self) -> None:
+        """Flush a batch that has waited long enough (called after every bundle)."""
+        if self.pending and time.monotonic() - self.since >= FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        assert self.many is not None
+        pending, self.pending = self.pending, []
+        for result in self.many(pending):
+            self._count(result)
+
+    def _count(self, result: FileResult) -> None:
+        summary = self.summary
+        if result.action is FileAction.OPENED:
+            summary.filed_new += 1
+        elif result.action is FileAction.PLUS_ONE:
+            summary.plus_one += 1
+        elif result.action is FileAction.ALREADY_COUNTED:
+            summary.already_counted += 1
+        else:
+            summary.spooled += 1
+
+
+def _route(item: Processed, summary: RunSummary, filer: _Filer, review: ReviewQueue,
            dry_run: bool) -> None:
     verdict = item.verdict
     assert verdict is not None
@@ -220,18 +326,10 @@ def _route(item: Processed, summary: RunSummary, tracker: Tracker | None, review
             summary.already_counted += 1
         return
     assert item.draft is not None
-    if dry_run or tracker is None:
+    if dry_run or filer.tracker is None:
         summary.would_file += 1
         return
-    result = tracker.file(item.draft, item.occurrence)
-    if result.action is FileAction.OPENED:
-        summary.filed_new += 1
-    elif result.action is FileAction.PLUS_ONE:
-        summary.plus_one += 1
-    elif result.action is FileAction.ALREADY_COUNTED:
-        summary.already_counted += 1
-    else:
-        summary.spooled += 1
+    filer.file(item.draft, item.occurrence)
 
 
 def cpu_count() -> int:

@@ -25,7 +25,7 @@ import os
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -49,6 +49,8 @@ __all__ = [
 DEDUP_QUEUE = "_dedup-queue"
 REVIEW_QUEUE = "_review-queue"
 STATE_DIR = "_loop"
+# Occurrences per SQLite transaction in SqliteTracker.file_many (and per batch in `loop-rules run`).
+BATCH = 256
 
 
 class FileAction(str, enum.Enum):
@@ -73,7 +75,13 @@ class FileResult:
 
 
 class Tracker(Protocol):
-    """A tracker backend. ``file`` must never lose an occurrence or count one twice."""
+    """A tracker backend. ``file`` must never lose an occurrence or count one twice.
+
+    A backend may also offer ``file_many(items) -> list[FileResult]`` for a
+    sequence of ``(draft, occurrence)`` pairs, with the results ``file``
+    would have given one by one in that order; ``loop-rules run`` then hands
+    it batches (see :meth:`SqliteTracker.file_many`).
+    """
 
     name: str
 
@@ -384,6 +392,26 @@ class SqliteTracker:
     def file(self, draft: IssueDraft, occurrence: Occurrence) -> FileResult:
         with self.transaction() as db:
             return self._file(db, draft, occurrence)
+
+    def file_many(self, items: Sequence[tuple[IssueDraft, Occurrence]], *,
+                  batch: int = BATCH) -> list[FileResult]:
+        """File ``(draft, occurrence)`` pairs, up to ``batch`` per ``BEGIN IMMEDIATE`` transaction.
+
+        The results are those of calling :meth:`file` on each pair in order:
+        within a transaction every check sees the writes before it, so a key
+        opened earlier in the batch gets a +1 and a submission repeated in the
+        batch is already counted. A transaction commits whole or not at all: an
+        error or a kill rolls back the batch in progress (earlier batches stay
+        committed), and a rerun files what did not commit, counting nothing twice.
+        """
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, got {batch}")
+        results: list[FileResult] = []
+        for start in range(0, len(items), batch):
+            with self.transaction() as db:
+                results.extend([self._file(db, draft, occurrence)
+                                for draft, occurrence in items[start:start + batch]])
+        return results
 
     def _file(self, db: sqlite3.Connection, draft: IssueDraft, occurrence: Occurrence) -> FileResult:
         row = db.execute("SELECT issue_id FROM occurrences WHERE submission = ? AND dedup_hash = ?",

@@ -1,13 +1,22 @@
-"""Plugin: the built-in issue rendering (CONTRACTS §5.2-§5.4, sanitized)."""
+"""Plugin: the built-in issue rendering (CONTRACTS §5.2-§5.4, sanitized).
+
+Rendering (and its secret-scrubbing patterns) is imported on the first
+draft, so commands that file nothing start without it.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from loop_core import Bundle, Classification, hookimpl
-from loop_core.dedup import IssueDraft, draft_issue
+
+if TYPE_CHECKING:
+    from loop_core.dedup import IssueDraft
 
 
 @hookimpl(trylast=True)
 def loop_draft_issue(bundle: Bundle, verdict: Classification) -> IssueDraft:
+    from loop_core.dedup import draft_issue
     from loop_core.view import View
 
     final = View(bundle).signal("final_error")

@@ -1,18 +1,30 @@
-"""Plugin: the built-in tracker backends ``sqlite``, ``spool`` and ``github``."""
+"""Plugin: the built-in tracker backends ``sqlite``, ``spool`` and ``github``.
+
+The tracker module (SQLite, temp files, locks) is imported only when a
+tracker is asked for, not when the plugin manager is built: commands that
+file nothing (``classify``, ``explain`` ...) start without it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from loop_core import hookimpl
-from loop_core.trackers import SpoolTracker, SqliteTracker, Tracker, TrackerOptions, TrackerSpec
+
+if TYPE_CHECKING:
+    from loop_core.trackers import Tracker, TrackerOptions, TrackerSpec
 
 
 def _sqlite(options: TrackerOptions) -> Tracker:
+    from loop_core.trackers import SqliteTracker
+
     return SqliteTracker.for_captures(options.captures)
 
 
 def _spool(options: TrackerOptions) -> Tracker:
+    from loop_core.trackers import SpoolTracker
+
     return SpoolTracker(options.captures)
 
 
@@ -24,6 +36,8 @@ def _github(options: TrackerOptions) -> Tracker:
 
 @hookimpl
 def loop_register_trackers(register: Callable[[TrackerSpec], None]) -> None:
+    from loop_core.trackers import TrackerSpec
+
     register(TrackerSpec("sqlite", _sqlite, "embedded SQLite file under <captures>/_loop/ (default)"))
     register(TrackerSpec("spool", _spool, "offline files under <captures>/_dedup-queue/"))
     register(TrackerSpec("github", _github, "GitHub issues through the gh CLI; degrades to the spool"))

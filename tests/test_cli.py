@@ -117,3 +117,31 @@ def test_check_lists_every_problem_and_exits_1(tmp_path: Path) -> None:
     result = invoke("check", "--rules", str(tmp_path))
     assert result.exit_code == 1
     assert "error: " in result.output and "check: 2 problem(s)" in result.output
+
+
+def test_classify_jobs_2_prints_what_jobs_1_prints(tmp_path: Path) -> None:
+    from loop_core.testing import make_bundle, write_bundle
+
+    for i in range(9):
+        text = OOM if i % 3 == 0 else f"RuntimeError: something else broke ({i})"
+        write_bundle(tmp_path / f"model-{i}" / f"2026080{i}T000000Z", make_bundle(text))
+    broken = tmp_path / "model-x" / "20260809T000000Z"
+    broken.mkdir(parents=True)
+    (broken / "manifest.json").write_text("{not json")
+    for fmt in ("jsonl", "json", "table"):
+        one = invoke("classify", "--format", fmt, "--jobs", "1", str(tmp_path))
+        two = invoke("classify", "--format", fmt, "-j", "2", str(tmp_path))
+        assert one.exit_code == two.exit_code == 1
+        assert one.output == two.output
+    assert len(one.output.splitlines()) > 10
+
+
+def test_the_json_array_is_streamed_byte_for_byte(capsys) -> None:  # type: ignore[no-untyped-def]
+    from loop_core.cli import _classify_table, _emit_rows
+
+    rows = [{"bundle": "a", "reader_error": None, "labels": ["x", "ü"], "nested": {"k": [1, {"z": None}], "e": []},
+             "text": "line one\nline two \u2028 \"quoted\""},
+            {"bundle": "b", "reader_error": {"type": "BundleError", "message": "bad"}, "empty": {}}]
+    for given in (rows, rows[:1], []):
+        assert _emit_rows(iter(given), "json", _classify_table) == sum(r["reader_error"] is not None for r in given)
+        assert capsys.readouterr().out == json.dumps(given, indent=2, ensure_ascii=False) + "\n"

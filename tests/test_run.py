@@ -397,3 +397,84 @@ def test_captures_paths_do_not_leak_between_runs(captures: Path) -> None:
     run_json(captures)
     run_json(captures, "--tracker", "spool")
     assert sorted(p.name for p in parent.iterdir()) == before
+
+
+# -- batching and memory ------------------------------------------------------------
+
+
+class RecordingSqlite(SqliteTracker):
+    """The SQLite tracker, noting the size of every batch it is handed."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.batches: list[int] = []
+
+    def file_many(self, items, *, batch=256):  # type: ignore[no-untyped-def]
+        self.batches.append(len(items))
+        return super().file_many(items, batch=batch)
+
+
+def test_batched_filing_gives_the_same_run_as_filing_one_by_one(tmp_path: Path, engine: Engine,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import pipeline
+
+    monkeypatch.setattr(pipeline, "FLUSH_SECONDS", 3600.0)  # batches close on size only, however slow the machine
+    one, many = tmp_path / "one", tmp_path / "many"
+    shutil.copytree(EXAMPLES, one)
+    shutil.copytree(EXAMPLES, many)
+    t1 = RecordingSqlite(one / "_loop" / "tracker.sqlite")
+    t2 = RecordingSqlite(many / "_loop" / "tracker.sqlite")
+    try:
+        a = run_captures(one, engine, t1, batch=1)
+        b = run_captures(many, engine, t2, batch=5)
+        again = run_captures(many, engine, t2, batch=5)
+    finally:
+        t1.close()
+        t2.close()
+    assert t1.batches == []  # batch=1: file() per occurrence
+    assert t2.batches == [5, 5, 3] * 2  # 13 fileable occurrences, in batches of at most 5
+    da, db = a.to_dict(), b.to_dict()
+    assert _relative_errors(da, one) == _relative_errors(db, many)
+    da.pop("errors")
+    db.pop("errors")
+    assert da == db and summary_part({**db, "errors": []}) == EXPECTED
+    assert again.already_counted == FILEABLE + UNKNOWN and again.filed_new == again.plus_one == 0
+    ia, oa = db_rows(one)
+    ib, ob = db_rows(many)
+    assert ia == ib  # same issues, same numbers, same bodies
+    assert [(s, h) for s, h, _ in oa] == [(s, h) for s, h, _ in ob]
+    assert {h: json.dumps(d).replace(str(one), "<root>") for h, d in review_files(one).items()} == \
+        {h: json.dumps(d).replace(str(many), "<root>") for h, d in review_files(many).items()}
+
+
+def test_a_batch_that_waited_long_enough_is_filed_before_it_is_full(captures: Path, engine: Engine,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import pipeline
+
+    monkeypatch.setattr(pipeline, "FLUSH_SECONDS", 0.0)
+    tracker = RecordingSqlite(captures / "_loop" / "tracker.sqlite")
+    try:
+        summary = run_captures(captures, engine, tracker)
+    finally:
+        tracker.close()
+    assert tracker.batches == [1] * FILEABLE  # each flushed after its own bundle
+    assert summary_part(summary.to_dict()) == EXPECTED
+
+
+def test_anchors_spilled_to_disk_give_the_same_trust_counts(captures: Path, engine: Engine,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import pipeline
+
+    monkeypatch.setattr(pipeline, "ANCHORS_IN_MEMORY", 1)  # every anchor after the first goes to the temp file
+    spilled: list[int] = []
+    close = pipeline._Anchors.close
+
+    def noting_close(self: pipeline._Anchors) -> None:
+        spilled.append(self.spilled)
+        close(self)
+
+    monkeypatch.setattr(pipeline._Anchors, "close", noting_close)
+    summary = run_captures(captures, engine, None, dry_run=True)
+    assert spilled == [4]  # 5 anchors: 1 kept, 4 read back from the file
+    assert summary.to_dict()["anchors"] == EXPECTED["anchors"]
+    assert summary.would_file == FILEABLE

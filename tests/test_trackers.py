@@ -5,8 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from loop_core import Engine
-from loop_core.dedup import TUPLE_MARKER, draft_issue, occurrence_of, parse_body_tuple
+from loop_core.dedup import (
+    TUPLE_MARKER,
+    Occurrence,
+    draft_issue,
+    occurrence_of,
+    parse_body_tuple,
+)
 from loop_core.testing import make_bundle
 from loop_core.trackers import FileAction, FileResult, SpoolTracker, SqliteTracker, replay_spool
 
@@ -81,3 +89,106 @@ def test_a_target_falling_back_to_the_spool_never_drains_it(tmp_path: Path, engi
     (result,) = replay_spool(spool, FallsBackToSpool(tmp_path))
     assert not result.drained
     assert len(spool.pending()) == 1  # nothing lost
+
+
+# -- batched filing (SqliteTracker.file_many) ----------------------------------------
+
+
+def _state(db: SqliteTracker) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]], list[tuple[object, ...]]]:
+    issues = db.db.execute("SELECT id, dedup_hash, failure_class, title, body FROM issues ORDER BY id").fetchall()
+    labels = db.db.execute("SELECT issue_id, name FROM labels ORDER BY issue_id, name").fetchall()
+    occ = db.db.execute("SELECT submission, dedup_hash, issue_id, utc_ts, commit_sha, bundle FROM occurrences "
+                        "ORDER BY submission, dedup_hash").fetchall()
+    return issues, labels, occ
+
+
+def _mixed_items(engine: Engine):  # type: ignore[no-untyped-def]
+    """Pairs that, filed in order after ``seeded``, give every action inside one batch."""
+    kernel = "RuntimeError: CUDA error: no kernel image is available for execution on the device"
+    seeded = [drafted(engine, utc_ts="20260801T000000Z")]  # filed before the batch: key A, submission 1
+    a2 = drafted(engine, utc_ts="20260802T000000Z")  # key A, a new submission: +1
+    b1 = drafted(engine, kernel, model="acme/Kernel-7B", utc_ts="20260803T000000Z")  # key B: new
+    b2 = drafted(engine, kernel, model="acme/Kernel-7B", utc_ts="20260804T000000Z")  # key B again, same batch: +1
+    assert b1[0].dedup_hash == b2[0].dedup_hash != seeded[0][0].dedup_hash
+    assert a2[0].dedup_hash == seeded[0][0].dedup_hash
+    items = [a2, seeded[0], b1, b2, b1, a2]  # ... then three repeats: already counted
+    return seeded, items
+
+
+def test_file_many_gives_what_file_gives_one_by_one(tmp_path: Path, engine: Engine) -> None:
+    seeded, items = _mixed_items(engine)
+    one = SqliteTracker(tmp_path / "one.sqlite")
+    many = SqliteTracker(tmp_path / "many.sqlite")
+    try:
+        for db in (one, many):
+            assert [db.file(*p).action for p in seeded] == [FileAction.OPENED]
+        expected = [one.file(*p) for p in items]
+        got = many.file_many(items)
+        assert [r.action for r in got] == [
+            FileAction.PLUS_ONE, FileAction.ALREADY_COUNTED, FileAction.OPENED, FileAction.PLUS_ONE,
+            FileAction.ALREADY_COUNTED, FileAction.ALREADY_COUNTED]
+        assert [(r.action, r.dedup_hash, r.issue, r.reason) for r in got] == \
+            [(r.action, r.dedup_hash, r.issue, r.reason) for r in expected]
+        assert _state(many) == _state(one)
+        assert [i["occurrences"] for i in many.issues()] == [2, 2]
+        assert many.file_many(items) == [  # a replay of the whole batch counts nothing
+            FileResult(FileAction.ALREADY_COUNTED, r.dedup_hash, r.issue, "occurrence already counted")
+            for r in got]
+        assert _state(many) == _state(one)
+    finally:
+        one.close()
+        many.close()
+
+
+def test_file_many_splits_into_transactions_of_batch_items(tmp_path: Path, engine: Engine) -> None:
+    seeded, items = _mixed_items(engine)
+    whole = SqliteTracker(tmp_path / "whole.sqlite")
+    split = SqliteTracker(tmp_path / "split.sqlite")
+    begins: list[str] = []
+    split.db.set_trace_callback(lambda sql: begins.append(sql) if sql.startswith("BEGIN") else None)
+    try:
+        a = whole.file_many(seeded + items)
+        b = split.file_many(seeded + items, batch=2)
+        assert [r.action for r in a] == [r.action for r in b]
+        assert _state(whole) == _state(split)
+        assert begins == ["BEGIN IMMEDIATE"] * 4  # 7 pairs, 2 per transaction
+        assert split.file_many([]) == []
+        with pytest.raises(ValueError):
+            split.file_many(items, batch=0)
+    finally:
+        whole.close()
+        split.close()
+
+
+def test_file_many_rolls_back_the_failing_batch_only(tmp_path: Path, engine: Engine,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    seeded, items = _mixed_items(engine)
+    pairs = seeded + items
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    reference = SqliteTracker(tmp_path / "ref.sqlite")
+    try:
+        real = SqliteTracker._file
+        calls = {"n": 0}
+
+        def fails_on_the_fourth(self, conn, draft, occurrence):  # type: ignore[no-untyped-def]
+            calls["n"] += 1
+            if calls["n"] == 4:
+                raise RuntimeError("disk on fire")
+            return real(self, conn, draft, occurrence)
+
+        monkeypatch.setattr(SqliteTracker, "_file", fails_on_the_fourth)
+        with pytest.raises(RuntimeError):
+            db.file_many(pairs, batch=3)
+        monkeypatch.setattr(SqliteTracker, "_file", real)
+        # The first transaction (3 pairs) committed; the second rolled back whole.
+        assert len(_state(db)[2]) == 2 and [i["occurrences"] for i in db.issues()] == [2]
+        again = db.file_many(pairs)
+        assert [r.action for r in again[:3]] == [FileAction.ALREADY_COUNTED] * 3
+        for pair in pairs:
+            reference.file(*pair)
+        assert _state(db)[1:] == _state(reference)[1:]
+        assert [(i["dedup_hash"], i["occurrences"]) for i in db.issues()] == \
+            [(i["dedup_hash"], i["occurrences"]) for i in reference.issues()]
+    finally:
+        db.close()
+        reference.close()

@@ -1,0 +1,48 @@
+"""scrub_secrets skips the patterns a text cannot match: the result must not change."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loop_core.dedup import _SECRET_GUARDS, _SECRETS, sanitize, scrub_secrets
+
+# Pieces that (nearly) trigger each pattern, plus case and Unicode traps: the Kelvin
+# sign and the long s match k and s case-insensitively, dotted/dotless i match i.
+PIECES = [
+    "hf_" + "A1b2" * 8, "HF_" + "x" * 31, "ghp_" + "Z9" * 16, "gho_abc", "github_pat_" + "a_1" * 8,
+    "AKIA" + "ABCDEFGHIJKLMNOP", "akia" + "abcdefghijklmnop", "ASIA0123456789ABCDEF",
+    "aws_secret_access_key = 'abcdEFGH12345678/+=='", "AWS_SESSION_TOKEN: " + "Q" * 20,
+    "hf_token=abc", "OPENAI_API_KEY: sk-123", "api key = x", "github_token:", "token", "key=",
+    "Authorization: Bearer abc.def", "authorization:  token zzz", "a.b@example.com", "x@y", "@user",
+    "/home/alice/models", "/Users/Bob/x", "/HOME/carol", "C:\\Users\\dave\\cache", "c:\\users\\",
+    "\u212a", "\u017f", "\u0130", "\u0131", "\u200e", "\x00", "\r\n", "\n", " ", "=", ":", "_", "'", '"',
+    "RuntimeError: CUDA out of memory", "plain words", "ü", "日本",
+]
+
+
+def plain_scrub(text: str) -> str:
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def test_one_guard_per_pattern() -> None:
+    assert len(_SECRET_GUARDS) == len(_SECRETS)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=12)), max_size=12))
+def test_guarded_scrub_equals_every_pattern_run(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert scrub_secrets(text) == plain_scrub(text)
+    assert scrub_secrets(text.upper()) == plain_scrub(text.upper())
+    assert scrub_secrets(text.lower()) == plain_scrub(text.lower())
+
+
+def test_each_pattern_still_fires() -> None:
+    for piece in PIECES[:27]:
+        assert scrub_secrets(piece) == plain_scrub(piece)
+    assert scrub_secrets("see AKIAABCDEFGHIJKLMNOP and ghp_" + "Z9" * 16) == \
+        "see <REDACTED-AWS-KEY> and <REDACTED-GITHUB-TOKEN>"
+    assert sanitize("ping @alice at a@b.io") == "ping @\u200balice at <EMAIL>"
