@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .bundle import Bundle
+from .bundle import BUNDLE_FILES, Bundle
 from .keys import submission_fingerprint
 
-__all__ = ["base_documents", "make_bundle", "write_bundle"]
+__all__ = ["FILE_NAMES", "base_documents", "make_bundle", "write_bundle"]
 
 _BASE_V1: dict[str, Any] = {
     "manifest": {
@@ -106,14 +106,8 @@ def make_bundle(overrides: Mapping[str, Any] | str | None = None, *,
                   docs["pt4"], docs.get("pt5"))
 
 
-_FILE_NAMES = {
-    "manifest": "manifest.json",
-    "pt1": "pt1-gate.json",
-    "pt2": "pt2-download.json",
-    "pt3": "pt3-boot.json",
-    "pt4": "pt4-smoke.json",
-    "pt5": "pt5-override-capture.json",
-}
+# document key -> file name, in the order the producer writes them
+FILE_NAMES = dict(zip(("manifest", "pt1", "pt2", "pt3", "pt4", "pt5"), BUNDLE_FILES))
 
 
 def write_bundle(directory: str | Path, bundle: Bundle | Mapping[str, Any]) -> Path:
@@ -127,7 +121,7 @@ def write_bundle(directory: str | Path, bundle: Bundle | Mapping[str, Any]) -> P
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
     docs = bundle.to_document() if isinstance(bundle, Bundle) else bundle
-    for key, name in _FILE_NAMES.items():
+    for key, name in FILE_NAMES.items():
         doc = docs.get(key)
         if doc is None:
             continue

@@ -26,16 +26,9 @@ from loop_core import (
 )
 from loop_core.bundle import MANIFEST_KEYS_V1, MANIFEST_KEYS_V2
 from loop_core.keys import US, sha256hex
-from loop_core.testing import base_documents, write_bundle
+from loop_core.testing import FILE_NAMES, base_documents, write_bundle
 
-FILES = {
-    "manifest": "manifest.json",
-    "pt1": "pt1-gate.json",
-    "pt2": "pt2-download.json",
-    "pt3": "pt3-boot.json",
-    "pt4": "pt4-smoke.json",
-    "pt5": "pt5-override-capture.json",
-}
+FILES = FILE_NAMES
 POINTS = {"pt1": "gate", "pt2": "download", "pt3": "boot", "pt4": "smoke", "pt5": "override_capture"}
 
 # The §7 fixture defaults of the reference reader suite (test-loop-input.sh).

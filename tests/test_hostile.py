@@ -38,17 +38,10 @@ from loop_core import (
 )
 from loop_core.batch import Outcome, verdict_row
 from loop_core.bundle import DEFAULT_MAX_FILE_BYTES, MANIFEST_KEYS_V1, MANIFEST_KEYS_V2
-from loop_core.testing import make_bundle, write_bundle
+from loop_core.testing import FILE_NAMES, make_bundle, write_bundle
 
 SIX = frozenset(c.value for c in FailureClass)
-FILES = {
-    "manifest": "manifest.json",
-    "pt1": "pt1-gate.json",
-    "pt2": "pt2-download.json",
-    "pt3": "pt3-boot.json",
-    "pt4": "pt4-smoke.json",
-    "pt5": "pt5-override-capture.json",
-}
+FILES = FILE_NAMES
 POINTS = {"pt1": "gate", "pt2": "download", "pt3": "boot", "pt4": "smoke", "pt5": "override_capture"}
 BOUND = 1.0  # seconds
 
