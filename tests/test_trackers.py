@@ -8,13 +8,7 @@ from pathlib import Path
 import pytest
 
 from loop_core import Engine
-from loop_core.dedup import (
-    TUPLE_MARKER,
-    Occurrence,
-    draft_issue,
-    occurrence_of,
-    parse_body_tuple,
-)
+from loop_core.dedup import TUPLE_MARKER, draft_issue, occurrence_of, parse_body_tuple
 from loop_core.testing import make_bundle
 from loop_core.trackers import FileAction, FileResult, SpoolTracker, SqliteTracker, replay_spool
 
