@@ -15,13 +15,14 @@ from typing import Any
 
 import regex
 
-from .fastregex import GuardedRegex
+from .fastregex import GuardedRegex, affix_key, anchor_word
 from .view import MISSING, SIGNALS, View
 
 __all__ = [
     "Condition",
     "ConditionKind",
     "DEFAULT_REGEX_TIMEOUT",
+    "Need",
     "OPERATORS",
     "Selector",
     "Trace",
@@ -29,10 +30,11 @@ __all__ = [
 ]
 
 DEFAULT_REGEX_TIMEOUT = 0.25  # seconds per regex search
-_TOKEN_MIN = 2048  # below this, scanning the text is cheaper than building its word set
 OPERATORS = ("regex", "contains", "equals", "in", "exists", "truthy")
 COMBINATORS = ("all", "any", "not")
 TOP_LEVEL = ("manifest", "pt1", "pt2", "pt3", "pt4", "pt5", "signal")
+# Signals that are always text: a `contains` on them is a substring test.
+TEXT_SIGNALS = frozenset({"error_text", "error_substring", "error_text_lower", "all_text", "final_error"})
 
 # $.a.b-c['d e'][0]: resolved by a plain walk, no JSONPath machinery.
 _SIMPLE_PATH = re.compile(r"^\$((?:\.[A-Za-z_][\w-]*|\['[^'\\]*'\]|\[\d+\])+)$")
@@ -68,8 +70,12 @@ class Condition:
     def explain(self, view: View) -> Trace:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def required_literals(self) -> frozenset[str] | None:
-        """Lower-cased literals one of which must occur for a match, or None if unknown."""
+    def needs(self) -> tuple[Need, ...] | None:
+        """Ways one of which must hold for the condition to match, or None if unknown.
+
+        The rule index (:mod:`loop_core.prefilter`) skips a rule when none of
+        its needs holds for a bundle, so a need must be truly necessary.
+        """
         return None
 
 
@@ -120,6 +126,25 @@ class Selector:
         return [value]
 
 
+@dataclass(frozen=True, slots=True)
+class Need:
+    """One way a condition can hold: ``literal`` (lower-cased) occurs in the text
+    that ``selector`` (a simple path, so one value) selects."""
+
+    selector: Selector
+    literal: str
+    anchor: str | None  # a word of the literal between two spaces: a word-set lookup rules it out
+    affix: str | None  # else a word start or end it implies (fastregex.affix_key)
+
+    @classmethod
+    def of(cls, selector: Selector, literals: Sequence[str]) -> tuple[Need, ...]:
+        out = []
+        for lit in literals:
+            anchor = anchor_word(lit)
+            out.append(cls(selector, lit, anchor, None if anchor else affix_key(lit)))
+        return tuple(out)
+
+
 def compile_selector(text: Any) -> Selector:
     if not isinstance(text, str) or not text.startswith("$"):
         raise ValueError(f"selector must be a JSONPath string starting with '$', got {text!r}")
@@ -166,12 +191,12 @@ class All(Condition):
         children = tuple(c.explain(view) for c in self.items)
         return Trace("all", all(c.matched for c in children), children=children)
 
-    def required_literals(self) -> frozenset[str] | None:
-        for item in self.items:
-            lits = item.required_literals()
-            if lits is not None:
-                return lits
-        return None
+    def needs(self) -> tuple[Need, ...] | None:
+        # Every item must hold: the needs of any one will do; take the cheapest to rule out.
+        found = [n for n in (item.needs() for item in self.items) if n]
+        if not found:
+            return None
+        return min(found, key=lambda ns: (sum(n.anchor is None for n in ns), len(ns)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,14 +210,14 @@ class Any_(Condition):
         children = tuple(c.explain(view) for c in self.items)
         return Trace("any", any(c.matched for c in children), children=children)
 
-    def required_literals(self) -> frozenset[str] | None:
-        union: set[str] = set()
+    def needs(self) -> tuple[Need, ...] | None:
+        out: list[Need] = []
         for item in self.items:
-            lits = item.required_literals()
-            if lits is None:
-                return None
-            union |= lits
-        return frozenset(union)
+            found = item.needs()
+            if not found:
+                return None  # this item can hold in ways nobody knows
+            out.extend(found)
+        return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,9 +276,18 @@ class Select(Condition):
             return {mode: list(lits)}
         return self.operand
 
-    def required_literals(self) -> frozenset[str] | None:
-        if self.op == "contains" and self.operand[0] == "any" and self.ignore_case:
-            return frozenset(self.operand[1])
+    def needs(self) -> tuple[Need, ...] | None:
+        steps = self.selector.steps
+        if steps is None:
+            return None  # a general JSONPath can select several values
+        if self.op == "regex":
+            # A regex never matches a value that is not text (see _one).
+            literals = self.operand.literals
+            return None if literals is None else Need.of(self.selector, literals)
+        if self.op == "contains" and len(steps) == 2 and steps[0] == "signal" and steps[1] in TEXT_SIGNALS:
+            mode, lits = self.operand
+            lowered = [lit.lower() for lit in lits]
+            return Need.of(self.selector, lowered if mode == "any" else [max(lowered, key=len)])
         return None
 
     def _check(self, view: View, values: list[Any]) -> tuple[bool, str]:
@@ -274,9 +308,7 @@ class Select(Condition):
             if not isinstance(value, str):
                 return False, ""
             try:
-                m = self.operand.search(
-                    value, timeout=self.timeout, lowered=view.lowered(value),
-                    tokens=(lambda: view.tokens(value)) if len(value) > _TOKEN_MIN else None)
+                m = self.operand.search(value, timeout=self.timeout, index=view.index(value))
             except TimeoutError:
                 view.timeouts += 1
                 view.warnings.append(

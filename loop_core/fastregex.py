@@ -1,7 +1,7 @@
 """Regex search that skips most of a long log without changing any result.
 
 Rules search log excerpts of many kilobytes, and an alternation of phrases
-costs the regex engine tens of nanoseconds per character. Two facts, worked
+costs the regex engine tens of nanoseconds per character. Three facts, worked
 out once per pattern from its parse tree, make most searches cheap:
 
 - **required literals**: every match contains at least one of a few literal
@@ -9,11 +9,21 @@ out once per pattern from its parse tree, make most searches cheap:
   the lower-cased text, the pattern cannot match and is not run at all.
 - **line-local**: the pattern cannot match a newline and has no anchors or
   lookarounds that see past a line. Then any match lies inside one line that
-  holds a required literal, and only those lines are searched (with
-  ``pos``/``endpos`` on the original text, so spans are unchanged).
+  holds a required literal, and only those lines are searched.
+- **bounded reach**: a pattern that can cross lines, but only a bounded
+  number of times (``error\\s{1,3}code`` crosses at most three), has every
+  match within that many lines of a required literal's line; only those
+  stretches are searched.
 
-Both are conservative: when the analysis is unsure it answers "unknown" and
-the pattern runs on the whole text, as written. Property tests check that
+Windows are searched with ``pos``/``endpos`` on the original text, in order,
+and always start and end at line boundaries, where ``\\b``, ``^`` and a
+multi-line ``$`` mean what they mean in the whole text: spans are unchanged.
+A :class:`TextIndex` holds what the searches of one text share (its
+lower-cased form, its words, where each literal occurs), so a pack of many
+rules lower-cases and scans a log once per literal, not once per rule.
+
+The analysis is conservative: when it is unsure it answers "unknown" and the
+pattern runs on the whole text, as written. Property tests check that
 :meth:`GuardedRegex.search` finds exactly what a plain search finds.
 """
 
@@ -33,16 +43,20 @@ else:  # pragma: no cover - Python 3.10
     import sre_constants as C
     import sre_parse
 
-__all__ = ["GuardedRegex", "required_literals"]
+__all__ = ["GuardedRegex", "TextIndex", "affix_key", "anchor_word", "required_literals"]
 
 MIN_LITERAL = 3
+MAX_STRINGS = 16  # a stretch of the pattern matching more strings than this is not expanded
 # regex-module syntax the stdlib parser would misread as literal text: fuzzy
 # constraints such as (?:kernel){e<=1}, and the version-1 flag (whose set
 # operations -- && ~~ || are plain characters in the version 0 we compile with).
 _UNPARSED_SYNTAX = re.compile(r"\{[^{}]*[A-Za-z<>=][^{}]*\}|\(\?[a-zA-Z]*V1")
 _FLAG_MAP = ((regex.IGNORECASE, re.IGNORECASE), (regex.MULTILINE, re.MULTILINE),
              (regex.DOTALL, re.DOTALL), (regex.VERBOSE, re.VERBOSE))
-MAX_HIT_LINES = 64
+MAX_WINDOWS = 64  # more separate windows than this: one search of the whole text is cheaper
+MAX_REACH_LINES = 8  # a pattern whose matches can span more lines is searched in full
+AFFIX = 8  # characters of a word's start and end kept by TextIndex.affixes
+TOKEN_MIN = 2048  # below this length, scanning a text is cheaper than building its word set
 _FOLDS_TO_ASCII_S = "\u017f"  # LATIN SMALL LETTER LONG S: matches (?i)s, but lower() keeps it
 _NEWLINE = ord("\n")
 _REPEATS = {C.MAX_REPEAT, C.MIN_REPEAT} | ({C.POSSESSIVE_REPEAT} if hasattr(C, "POSSESSIVE_REPEAT") else set())
@@ -60,48 +74,119 @@ def _literal_char(code: int) -> str | None:
 
 
 def _best(candidates: list[frozenset[str]]) -> frozenset[str] | None:
+    """The candidate cheapest to rule out: long strings (rare in logs) but few of
+    them (each costs a scan of the text); past eight characters length stops paying."""
     usable = [c for c in candidates if c and min(map(len, c)) >= MIN_LITERAL]
     if not usable:
         return None
+    return max(usable, key=lambda c: (min(min(map(len, c)), 8), -len(c), min(map(len, c))))
 
-    return max(usable, key=lambda c: (min(map(len, c)), -len(c)))
+
+def _strings(op: Any, av: Any) -> frozenset[str] | None:
+    """Every string one parsed item can match, lower-cased, when there are at most
+    ``MAX_STRINGS`` of them; None otherwise. Zero-width items match ``""``."""
+    if op is C.LITERAL:
+        ch = _literal_char(av)
+        return None if ch is None else frozenset({ch})
+    if op is C.IN:
+        chars = set()
+        for item_op, item_av in av:
+            ch = _literal_char(item_av) if item_op is C.LITERAL else None
+            if ch is None:
+                return None  # a range, a class, a negation, an odd character
+            chars.add(ch)
+        return frozenset(chars) if len(chars) <= 4 else None
+    if op in (C.AT, C.ASSERT, C.ASSERT_NOT):
+        return frozenset({""})
+    if op is C.SUBPATTERN:
+        return _sequence_strings(av[-1])
+    if op is C.BRANCH:
+        out: set[str] = set()
+        for alt in av[1]:
+            sub = _sequence_strings(alt)
+            if sub is None:
+                return None
+            out |= sub
+        return frozenset(out) if len(out) <= MAX_STRINGS else None
+    if op in _REPEATS and av[1] <= 2:
+        low, high, sub_items = av
+        inner = _sequence_strings(sub_items)
+        if inner is None:
+            return None
+        found: set[str] = set()
+        for count in range(low, high + 1):
+            strings = {""}
+            for _ in range(count):
+                strings = {a + b for a in strings for b in inner}
+            found |= strings
+        return frozenset(found) if len(found) <= MAX_STRINGS else None
+    return None
+
+
+def _sequence_strings(items: Iterable[Any]) -> frozenset[str] | None:
+    out = {""}
+    for op, av in items:
+        sub = _strings(op, av)
+        if sub is None:
+            return None
+        out = {a + b for a in out for b in sub}
+        if len(out) > MAX_STRINGS:
+            return None
+    return frozenset(out)
 
 
 def _required(items: Iterable[Any]) -> frozenset[str] | None:
-    """A set of literals one of which every match of the sequence contains, or None."""
+    """A set of literals one of which every match of the sequence contains, or None.
+
+    A stretch of items that can only match a few strings (``requires? (an? )?``)
+    gives the set of their concatenations, longer and rarer than any one piece.
+    """
     candidates: list[frozenset[str]] = []
-    run: list[str] = []
+    run = {""}  # every string the current stretch of few-string items can match
 
     def flush() -> None:
-        if run:
-            candidates.append(frozenset({"".join(run)}))
-            run.clear()
+        if "" not in run:
+            candidates.append(frozenset(run))
 
     for op, av in items:
-        if op is C.LITERAL:
-            ch = _literal_char(av)
-            if ch is None:
-                flush()
+        strings = _strings(op, av)
+        if strings is not None:
+            longer = {a + b for a in run for b in strings}
+            if len(longer) <= MAX_STRINGS:
+                run = longer
             else:
-                run.append(ch)
+                flush()
+                run = set(strings)
+            if op in (C.SUBPATTERN, C.BRANCH):
+                inner = _required(av[-1]) if op is C.SUBPATTERN else _branch_required(av)
+                if inner is not None:
+                    candidates.append(inner)
             continue
         flush()
+        run = {""}
         if op is C.SUBPATTERN:
             sub = _required(av[-1])
             if sub is not None:
                 candidates.append(sub)
         elif op is C.BRANCH:
-            alts = [_required(alt) for alt in av[1]]
-            if all(a is not None for a in alts):
-                candidates.append(frozenset().union(*alts))  # type: ignore[arg-type]
+            union = _branch_required(av)
+            if union is not None:
+                candidates.append(union)
         elif op in _REPEATS:
-            low, _high, sub = av
+            low, _high, sub_items = av
             if low >= 1:
-                inner = _required(sub)
+                inner = _required(sub_items)
                 if inner is not None:
                     candidates.append(inner)
     flush()
     return _best(candidates)
+
+
+def _branch_required(av: Any) -> frozenset[str] | None:
+    alts = [_required(alt) for alt in av[1]]
+    if any(a is None for a in alts):
+        return None
+    return frozenset().union(*alts)  # type: ignore[arg-type]
 
 
 def _set_matches_newline(items: list[Any]) -> bool:
@@ -119,56 +204,31 @@ def _set_matches_newline(items: list[Any]) -> bool:
     return not hit if negate else hit
 
 
-def _line_local(items: Iterable[Any], flags: int) -> bool:
-    """True when no match can contain a newline or depend on text outside its line."""
-    for op, av in items:
-        if op is C.LITERAL:
-            if av == _NEWLINE:
-                return False
-        elif op is C.NOT_LITERAL:
-            if av != _NEWLINE:
-                return False
-        elif op is C.ANY:
-            if flags & sre_parse.SRE_FLAG_DOTALL:
-                return False
-        elif op is C.IN:
-            if _set_matches_newline(av):
-                return False
-        elif op is C.CATEGORY:
-            if av in _NEWLINE_CATEGORIES:
-                return False
-        elif op is C.AT:
-            # A line window starts at a real line start and ends at a real line end
-            # (pos/endpos), so \b, ^ and, under MULTILINE, $ mean the same there;
-            # \A, \Z and a single-line $ would not.
-            if av in (C.AT_BOUNDARY, C.AT_NON_BOUNDARY, C.AT_BEGINNING):
-                continue
-            if av is C.AT_END and flags & sre_parse.SRE_FLAG_MULTILINE:
-                continue
-            return False
-        elif op in (C.ASSERT, C.ASSERT_NOT):
-            # A lookaround that cannot cross a newline sees the same text in the window.
-            if not _line_local(av[1], flags):
-                return False
-        elif op is C.SUBPATTERN:
-            add, delete = av[1], av[2]
-            if not _line_local(av[-1], (flags | add) & ~delete):
-                return False
-        elif op is C.BRANCH:
-            if not all(_line_local(alt, flags) for alt in av[1]):
-                return False
-        elif op in _REPEATS:
-            if not _line_local(av[2], flags):
-                return False
-        else:
-            return False  # lookarounds, backreferences, conditionals: not analysed
-    return True
-
-
-def _anchor(literal: str) -> str | None:
+def anchor_word(literal: str) -> str | None:
+    """A word of ``literal`` between two spaces (the longest), or None: any text
+    holding the literal has that word as a whitespace-separated token."""
     words = literal.split(" ")
     inner = [w for w in words[1:-1] if w and not any(c.isspace() for c in w)]
     return max(inner, key=len) if inner else None
+
+
+def affix_key(literal: str) -> str | None:
+    """For a literal that starts or ends with a space: a key that the text's
+    :meth:`TextIndex.affixes` must hold, or None.
+
+    ``" triton_0042"`` is the start of a whitespace-separated token, so some
+    token begins with ``triton_0`` (key ``^triton_0``); ``"cudnn_status_x "``
+    ends one (key ``$status_x``). Pieces shorter than ``AFFIX`` give no key.
+    """
+    pieces = literal.split(" ")
+    if len(pieces) < 2:
+        return None
+    first, last = pieces[0], pieces[-1]
+    if len(last) >= AFFIX:
+        return "^" + last[:AFFIX]
+    if len(first) >= AFFIX:
+        return "$" + first[-AFFIX:]
+    return None
 
 
 def required_literals(pattern: str) -> frozenset[str] | None:
@@ -182,17 +242,166 @@ def required_literals(pattern: str) -> frozenset[str] | None:
     return _required(parsed)
 
 
+_WINDOW_OPS = {C.LITERAL, C.NOT_LITERAL, C.ANY, C.IN, C.CATEGORY}
+_ATOMIC = getattr(C, "ATOMIC_GROUP", None)
+
+
+def _window_safe(items: Iterable[Any], flags: int) -> bool:
+    """True when searching a stretch of whole lines finds what the whole text would there.
+
+    Windows end at a line end, which ``endpos`` turns into the end of the
+    text: a single-line ``$``, ``\\Z`` or ``\\A`` would match there, or not, where
+    the whole text differs. Back-references and conditionals are not analysed.
+    """
+    for op, av in items:
+        if op in _WINDOW_OPS:
+            continue
+        if op is C.AT:
+            if av in (C.AT_BOUNDARY, C.AT_NON_BOUNDARY, C.AT_BEGINNING):
+                continue
+            if av is C.AT_END and flags & sre_parse.SRE_FLAG_MULTILINE:
+                continue
+            return False
+        if op in (C.ASSERT, C.ASSERT_NOT):
+            if not _window_safe(av[1], flags):
+                return False
+        elif op is C.SUBPATTERN:
+            if not _window_safe(av[-1], (flags | av[1]) & ~av[2]):
+                return False
+        elif op is C.BRANCH:
+            if not all(_window_safe(alt, flags) for alt in av[1]):
+                return False
+        elif op in _REPEATS:
+            if not _window_safe(av[2], flags):
+                return False
+        elif _ATOMIC is not None and op is _ATOMIC:
+            if not _window_safe(av, flags):
+                return False
+        else:
+            return False
+    return True
+
+
+def _newlines(items: Iterable[Any], flags: int) -> int | None:
+    """The most newlines a match of ``items`` (and what its lookarounds read) can
+    hold, or None when unbounded (``\\s*``, ``(?s).*``)."""
+    total = 0
+    for op, av in items:
+        n: int | None
+        if op is C.LITERAL:
+            n = 1 if av == _NEWLINE else 0
+        elif op is C.NOT_LITERAL:
+            n = 0 if av == _NEWLINE else 1
+        elif op is C.ANY:
+            n = 1 if flags & sre_parse.SRE_FLAG_DOTALL else 0
+        elif op is C.IN:
+            n = 1 if _set_matches_newline(av) else 0
+        elif op is C.CATEGORY:
+            n = 1 if av in _NEWLINE_CATEGORIES else 0
+        elif op in (C.ASSERT, C.ASSERT_NOT):
+            n = _newlines(av[1], flags)  # a lookaround reads past the match at most once
+        elif op is C.SUBPATTERN:
+            n = _newlines(av[-1], (flags | av[1]) & ~av[2])
+        elif op is C.BRANCH:
+            alts = [_newlines(alt, flags) for alt in av[1]]
+            n = None if None in alts else max(alts, default=0)  # type: ignore[type-var]
+        elif op in _REPEATS:
+            inner = _newlines(av[2], flags)
+            n = None if inner is None or (inner and av[1] == sre_parse.MAXREPEAT) else inner * av[1]
+        elif _ATOMIC is not None and op is _ATOMIC:
+            n = _newlines(av, flags)
+        else:
+            n = 0  # AT: zero-width (and _window_safe has vetted it)
+        if n is None:
+            return None
+        total += n
+    return total
+
+
+def _reach(parsed: Any) -> int | None:
+    """How many lines above and below a required literal's own a match (and what
+    it looks at) can reach; None when the whole text must be searched."""
+    flags = parsed.state.flags
+    if not _window_safe(parsed, flags):
+        return None
+    lines = _newlines(parsed, flags)
+    return lines if lines is not None and lines <= MAX_REACH_LINES else None
+
+
+class TextIndex:
+    """What every guarded search of one text shares.
+
+    ``low`` is the lower-cased text; ``exact`` says its positions are the
+    text's and every case-insensitive match of an ASCII literal shows in it
+    (false for the few texts where ``lower()`` moves characters, or that hold
+    LATIN SMALL LETTER LONG S, which matches ``(?i)s`` yet stays as it is).
+    Where each literal occurs and the text's words are computed on first use.
+    """
+
+    __slots__ = ("text", "low", "exact", "long", "_words", "_affixes", "_first", "_hits")
+
+    def __init__(self, text: str, low: str | None = None) -> None:
+        self.text = text
+        self.low = low = text.lower() if low is None else low
+        self.exact = text.isascii() or (len(low) == len(text) and _FOLDS_TO_ASCII_S not in text)
+        self.long = len(low) > TOKEN_MIN  # worth a word set
+        self._words: frozenset[str] | None = None
+        self._affixes: frozenset[str] | None = None
+        self._first: dict[str, int] = {}
+        self._hits: dict[str, list[int]] = {}
+
+    def words(self) -> frozenset[str]:
+        """The whitespace-separated words of ``low``."""
+        if self._words is None:
+            self._words = frozenset(self.low.split())
+        return self._words
+
+    def affixes(self) -> frozenset[str]:
+        """``^`` + the first and ``$`` + the last ``AFFIX`` characters of every word
+        at least that long (see :func:`affix_key`)."""
+        if self._affixes is None:
+            long_words = [w for w in self.words() if len(w) >= AFFIX]
+            self._affixes = frozenset(["^" + w[:AFFIX] for w in long_words] + ["$" + w[-AFFIX:] for w in long_words])
+        return self._affixes
+
+    def holds(self, literal: str, anchor: str | None = None) -> bool:
+        """Whether ``literal`` occurs in ``low``; ``anchor`` (a word the literal holds
+        between two spaces) lets a long text rule it out with a set lookup."""
+        at = self._first.get(literal)
+        if at is None:
+            if anchor is not None and self.long and anchor not in self.words():
+                at = -1
+            else:
+                at = self.low.find(literal)
+            self._first[literal] = at
+        return at >= 0
+
+    def hits(self, literal: str, limit: int) -> list[int]:
+        """Where ``literal`` starts in ``low`` (overlapping starts too), stopping
+        after ``limit + 1``: more than ``limit`` means "too many to matter"."""
+        found = self._hits.get(literal)
+        if found is None:
+            found = []
+            if self.holds(literal):
+                find, at = self.low.find, self._first[literal]
+                while at >= 0 and len(found) <= limit:
+                    found.append(at)
+                    at = find(literal, at + 1)
+            self._hits[literal] = found
+        return found
+
+
 class GuardedRegex:
     """A compiled ``regex`` pattern whose searches skip text that cannot match.
 
     The pattern is analysed on first use (first search or first look at
-    ``literals``, ``anchors`` or ``line_local``), not when it is wrapped: a
-    command that loads a pack and classifies one bundle does not pay for
-    the rules it never reaches. Every search runs after the analysis, so
-    results do not depend on when it happened.
+    ``literals``, ``anchors``, ``line_local`` or ``reach``), not when it is
+    wrapped: a command that loads a pack and classifies one bundle does not
+    pay for the rules it never reaches. Every search runs after the analysis,
+    so results do not depend on when it happened.
     """
 
-    __slots__ = ("compiled", "pattern", "_literals", "_anchors", "_line_local", "_analysed")
+    __slots__ = ("compiled", "pattern", "_literals", "_anchors", "_reach", "_analysed")
 
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
@@ -218,18 +427,24 @@ class GuardedRegex:
     @property
     def line_local(self) -> bool:
         """No match can cross a newline or see past its line."""
+        return self.reach == 0
+
+    @property
+    def reach(self) -> int | None:
+        """How many lines above and below a required literal's line a match can
+        reach: 0 when matches stay on the literal's line, None when the whole
+        text is searched."""
         if not self._analysed:
             self._analyse()
-        return self._line_local
+        return self._reach
 
     def _analyse(self) -> None:
-        literals, anchors, line_local = self._analysis()
-        self._literals, self._anchors, self._line_local = literals, anchors, line_local
+        self._literals, self._anchors, self._reach = self._analysis()
         self._analysed = True
 
-    def _analysis(self) -> tuple[tuple[str, ...] | None, tuple[str | None, ...], bool]:
+    def _analysis(self) -> tuple[tuple[str, ...] | None, tuple[str | None, ...], int | None]:
         if _UNPARSED_SYNTAX.search(self.pattern):
-            return None, (), False
+            return None, (), None
         flags = 0
         for theirs, ours in _FLAG_MAP:
             if self.compiled.flags & theirs:
@@ -237,57 +452,75 @@ class GuardedRegex:
         try:
             parsed = sre_parse.parse(self.pattern, flags)
         except Exception:  # noqa: BLE001 - unknown syntax: always search in full
-            return None, (), False
+            return None, (), None
         lits = _required(parsed)
         if lits is None:
-            return None, (), False
+            return None, (), None
         literals = tuple(sorted(lits, key=len, reverse=True))
-        return literals, tuple(_anchor(lit) for lit in literals), _line_local(parsed, parsed.state.flags)
+        return literals, tuple(anchor_word(lit) for lit in literals), _reach(parsed)
 
-    def search(self, text: str, *, timeout: float | None = None, lowered: str | None = None,
-               tokens: Callable[[], frozenset[str]] | None = None) -> Any:
+    def search(self, text: str, *, timeout: float | None = None, index: TextIndex | None = None) -> Any:
         """Like ``compiled.search(text, timeout=...)``: the same match object or None.
 
-        :param lowered: ``text.lower()`` if the caller has it (it is computed otherwise).
-        :param tokens: returns ``frozenset(lowered.split())``, for callers that cache it.
+        :param index: a :class:`TextIndex` of ``text`` shared with other searches
+            of it (one is made otherwise).
         """
         if not self._analysed:
             self._analyse()
         if self._literals is None:
             return self.compiled.search(text, timeout=timeout)
-        low = lowered if lowered is not None else text.lower()
-        if not text.isascii() and (len(low) != len(text) or _FOLDS_TO_ASCII_S in text):
-            # lower() moved positions, or the text holds the one character that
-            # case-insensitively matches an ASCII letter yet lower() leaves alone.
+        idx = index if index is not None else TextIndex(text)
+        if not idx.exact:
             return self.compiled.search(text, timeout=timeout)
-        present = self._present(low, tokens)
+        holds = idx.holds
+        present = [lit for lit, anchor in zip(self._literals, self._anchors) if holds(lit, anchor)]
         if not present:
             return None
-        if not self._line_local:
+        if self._reach is None:
             return self.compiled.search(text, timeout=timeout)
-        starts: set[int] = set()
+        hits = []
         for lit in present:
-            at = low.find(lit)
-            while at >= 0:
-                starts.add(low.rfind("\n", 0, at) + 1)
-                if len(starts) > MAX_HIT_LINES:
-                    return self.compiled.search(text, timeout=timeout)
-                at = low.find(lit, at + 1)
-        for start in sorted(starts):
-            end = low.find("\n", start)
-            m = self.compiled.search(text, start, len(text) if end < 0 else end, timeout=timeout)
+            found = idx.hits(lit, MAX_WINDOWS)
+            if len(found) > MAX_WINDOWS:
+                return self.compiled.search(text, timeout=timeout)
+            hits.extend((at, len(lit)) for at in found)
+        windows = _windows(idx.low, hits, self._reach)
+        if windows is None:
+            return self.compiled.search(text, timeout=timeout)
+        search = self.compiled.search
+        for start, end in windows:
+            m = search(text, start, end, timeout=timeout)
             if m is not None:
                 return m
         return None
 
-    def _present(self, low: str, tokens: Callable[[], frozenset[str]] | None) -> list[str]:
-        """The required literals that occur in ``low`` (a token lookup first, when possible)."""
-        assert self._literals is not None
-        words = tokens() if tokens is not None and any(self._anchors) else None
-        out = []
-        for lit, anchor in zip(self._literals, self._anchors):
-            if words is not None and anchor is not None and anchor not in words:
-                continue
-            if lit in low:
-                out.append(lit)
-        return out
+
+def _windows(low: str, hits: list[tuple[int, int]], reach: int) -> list[tuple[int, int]] | None:
+    """Sorted, disjoint stretches of whole lines that hold every match: the
+    lines of each literal hit and ``reach`` lines either side. None means
+    "search the whole text" (too many stretches, or most of the text)."""
+    out: list[tuple[int, int]] = []
+    rfind, find, size = low.rfind, low.find, len(low)
+    covered = 0
+    for at, n in sorted(hits):
+        if out and at + n <= out[-1][1] and reach == 0:
+            continue  # on a line already in the last window
+        start = rfind("\n", 0, at) + 1
+        end = find("\n", at + n)
+        for _ in range(reach):
+            if start > 0:
+                start = rfind("\n", 0, start - 1) + 1
+            if 0 <= end < size:
+                end = find("\n", end + 1)
+        end = size if end < 0 else end
+        if out and start <= out[-1][1]:  # overlaps (or touches) the last window: extend it
+            last_start, last_end = out.pop()
+            covered -= last_end - last_start
+            start, end = last_start, max(end, last_end)
+        elif len(out) == MAX_WINDOWS:
+            return None
+        out.append((start, end))
+        covered += end - start
+        if covered * 2 > size:
+            return None
+    return out

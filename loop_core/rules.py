@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -25,6 +25,7 @@ import yaml
 
 from .conditions import DEFAULT_REGEX_TIMEOUT, Condition, ConditionKind, Trace, compile_condition
 from .errors import RuleError
+from .prefilter import RuleIndex
 from .verdict import FailureClass
 from .view import View
 
@@ -121,14 +122,22 @@ class RulePack:
     version: str
     files: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
+    # Derived from ``rules`` once: the rules that decide, the shadow rules, and
+    # the index of what the deciding rules need (loop_core.prefilter).
+    active_rules: tuple[Rule, ...] = field(init=False, repr=False, compare=False)
+    shadow_rules: tuple[Rule, ...] = field(init=False, repr=False, compare=False)
+    index: RuleIndex = field(init=False, repr=False, compare=False)
 
-    @property
-    def active_rules(self) -> tuple[Rule, ...]:
-        return tuple(r for r in self.rules if not r.shadow)
+    def __post_init__(self) -> None:
+        active = tuple(r for r in self.rules if not r.shadow)
+        object.__setattr__(self, "active_rules", active)
+        object.__setattr__(self, "shadow_rules", tuple(r for r in self.rules if r.shadow))
+        object.__setattr__(self, "index", RuleIndex([rule.when.needs() for rule in active]))
 
-    @property
-    def shadow_rules(self) -> tuple[Rule, ...]:
-        return tuple(r for r in self.rules if r.shadow)
+    def candidates(self, view: View) -> Iterator[Rule]:
+        """The active rules that may match ``view``, in order; the others cannot."""
+        active = self.active_rules
+        return (active[pos] for pos in self.index.candidates(view))
 
 
 _FastLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .bundle import Bundle
+from .fastregex import TextIndex
 from .keys import error_source, first_red_capability, normalize_text
 
 __all__ = ["SIGNALS", "View"]
@@ -195,27 +196,30 @@ _MISSING = object()
 class View:
     """Lazy view document over one bundle; see :data:`SIGNALS` for the derived fields."""
 
-    __slots__ = ("bundle", "_signals", "_document", "_lowered", "_tokens", "warnings", "timeouts")
+    __slots__ = ("bundle", "_signals", "_document", "_indexes", "warnings", "timeouts")
 
     def __init__(self, bundle: Bundle) -> None:
         self.bundle = bundle
         self._signals: dict[str, Any] = {}
         self._document: dict[str, Any] | None = None
-        self._lowered: dict[int, tuple[str, str]] = {}
-        self._tokens: dict[int, tuple[str, frozenset[str]]] = {}
+        self._indexes: dict[int, TextIndex] = {}
         # Problems met while evaluating (e.g. a regex that timed out).
         self.warnings: list[str] = []
         # Regex searches of rule conditions that ran out of time so far. A rule
         # during whose evaluation this rose does not match (Rule.matches).
         self.timeouts = 0
 
+    def index(self, text: str) -> TextIndex:
+        """The :class:`~loop_core.fastregex.TextIndex` of ``text``, made once per text
+        object and shared by every rule that searches it."""
+        hit = self._indexes.get(id(text))
+        if hit is None or hit.text is not text:
+            hit = self._indexes[id(text)] = TextIndex(text)
+        return hit
+
     def lowered(self, text: str) -> str:
         """``text.lower()``, computed once per text object for all rules that need it."""
-        hit = self._lowered.get(id(text))
-        if hit is None or hit[0] is not text:
-            hit = (text, text.lower())
-            self._lowered[id(text)] = hit
-        return hit[1]
+        return self.index(text).low
 
     def signal(self, name: str) -> Any:
         value = self._signals.get(name, _MISSING)
@@ -223,14 +227,6 @@ class View:
             value = SIGNALS[name][0](self.bundle)
             self._signals[name] = value
         return value
-
-    def tokens(self, text: str) -> frozenset[str]:
-        """The whitespace-separated words of ``text.lower()``, computed once per text object."""
-        hit = self._tokens.get(id(text))
-        if hit is None or hit[0] is not text:
-            hit = (text, frozenset(self.lowered(text).split()))
-            self._tokens[id(text)] = hit
-        return hit[1]
 
     def top(self, name: str) -> Any:
         """A top-level member of the document; ``_MISSING`` when absent."""

@@ -151,13 +151,12 @@ def route_and_delta(inputs: dict[str, Any]) -> tuple[bool, int | None]:
 def _match(ctx: MatchContext) -> Match | None:
     compiled = _compiled(ctx.pack)
     surface = scan_surface(ctx, compiled.surface)
-    low = ctx.view.lowered(surface)
-    words = (lambda: ctx.view.tokens(surface)) if len(surface) > 2048 else None
+    index = ctx.view.index(surface)
     try:
-        if compiled.signature.search(surface, timeout=compiled.timeout, lowered=low, tokens=words) is None:
+        if compiled.signature.search(surface, timeout=compiled.timeout, index=index) is None:
             return None
         if compiled.unless is not None and compiled.unless.search(surface, timeout=compiled.timeout,
-                                                                    lowered=low, tokens=words):
+                                                                    index=index):
             return None
     except TimeoutError:
         ctx.view.warnings.append(f"{RULE_ID}: signature search timed out; counted as no match")

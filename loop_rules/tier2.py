@@ -25,7 +25,7 @@ def _explain_exact(ctx: MatchContext) -> list[Trace]:
 
 
 def _rows(ctx: MatchContext) -> Match | None:
-    for rule in ctx.pack.active_rules:
+    for rule in ctx.pack.candidates(ctx.view):  # the rules that cannot match are skipped
         if rule.matches(ctx.view):  # a regex timeout inside the rule means no match
             return Match(rule.failure_class.value, rule.id)
     return None

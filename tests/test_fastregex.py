@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loop_core import Engine
-from loop_core.fastregex import GuardedRegex, required_literals
+from loop_core.fastregex import GuardedRegex, TextIndex, required_literals
 from loop_core.selftest import _regex_nodes
 from loop_rules.tier1 import REFERENCE_SIGNATURE
 
@@ -32,6 +32,13 @@ HAND_PATTERNS = [
     r"(?<!host )out of memory(?! on the host)",
     r"\Aerror: boom",
     r"(?i)cuda out of memory|kv cache is needed",
+    r"(?i)error\s{1,3}code",
+    r"(?is)out of.{0,12}memory",
+    r"(?i)killed(?=\s{0,2}process)",
+    r"(?im)^\W{0,3}killed\s{0,4}$",
+    r"(?i)not enough memory\W{1,3}please",
+    r"(?m)memory\n\nerror$",
+    r"(?<=out of )memory\b",
 ]
 
 
@@ -61,10 +68,64 @@ def test_guarded_search_equals_plain_search(pattern: str, words: list[str]) -> N
     plain = compiled.search(text)
     guarded = GuardedRegex(compiled)
     for fast in (guarded.search(text),
-                 guarded.search(text, lowered=text.lower(), tokens=lambda: frozenset(text.lower().split()))):
+                 guarded.search(text, index=TextIndex(text))):
         assert (plain is None) == (fast is None)
         if plain is not None:
             assert plain.span() == fast.span()
+
+
+FILLER = ["INFO 05-17 10:00:01 engine step ok", "", "   ", "DEBUG loading shard 3 of 8", "Traceback (most recent call last):"]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(PATTERNS),
+       st.lists(st.one_of(st.sampled_from(FILLER), st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join)),
+                min_size=1, max_size=80))
+def test_windowed_search_on_long_logs_equals_plain_search(pattern: str, lines: list[str]) -> None:
+    # Many lines, most of them noise: the searches run in windows of a few lines.
+    noise = "\n".join(FILLER[i % len(FILLER)] for i in range(120))
+    text = "\n".join([noise, *lines, noise])
+    compiled = regex.compile(pattern)
+    plain = compiled.search(text)
+    index = TextIndex(text)
+    guarded = GuardedRegex(compiled)
+    for fast in (guarded.search(text), guarded.search(text, index=index), guarded.search(text, index=index)):
+        assert (plain is None) == (fast is None)
+        if plain is not None:
+            assert plain.span() == fast.span()
+
+
+@pytest.mark.parametrize("pattern, reach", [
+    (r"(?i)no kernel image [^\n]{0,40}available", 0),  # line-local
+    (r"(?i)error\s{1,3}code", 3),                   # \s crosses at most three newlines
+    (r"(?is)traceback.{0,5}boom", 5),
+    (r"(?i)killed\s*process", None),                  # unbounded: the whole text
+    (r"error code$", None),                            # a single-line $ would match at a window's end
+    (r"(?m)error code$", 0),
+    (r"(?i)kill(?=\s\s)ed", 2),                       # what a lookahead reads counts
+])
+def test_reach_in_lines(pattern: str, reach: int | None) -> None:
+    assert GuardedRegex(regex.compile(pattern)).reach == reach
+
+
+@pytest.mark.parametrize("pattern, middle", [
+    (r"(?m)memory\n\nerror$", "cuda memory\n\nerror"),
+    (r"(?i)error\s{1,3}code", "RuntimeError\n\n code 7"),
+    (r"(?is)out of.{0,6}memory", "out of\n\n memory"),
+    (r"(?i)killed(?=\s{0,2}process)", "Killed\n process 12"),
+])
+def test_matches_that_cross_lines_are_found_in_windows(pattern: str, middle: str) -> None:
+    noise = "\n".join(f"INFO step {i} ok" for i in range(300))
+    text = f"{noise}\n{middle}\n{noise}"
+    g = GuardedRegex(regex.compile(pattern))
+    assert g.reach and g.reach > 0
+    assert g.search(text, index=TextIndex(text)).span() == regex.search(pattern, text).span()
+
+
+def test_a_log_with_the_literal_on_every_line_is_searched_whole() -> None:
+    text = "\n".join(f"line {i} error here" for i in range(500)) + "\nerror  code 7"
+    g = GuardedRegex(regex.compile(r"error\s{1,3}code"))
+    assert g.search(text).span() == regex.search(r"error\s{1,3}code", text).span()
 
 
 def test_every_pack_pattern_is_analysed_without_error() -> None:
@@ -74,7 +135,11 @@ def test_every_pack_pattern_is_analysed_without_error() -> None:
 
 @pytest.mark.parametrize("pattern, literals", [
     (r"(?i)no kernel image is available", {"no kernel image is available"}),
-    (r"(?i)(cuda|hip) out of memory", {" out of memory"}),
+    (r"(?i)(cuda|hip) out of memory", {"cuda out of memory", "hip out of memory"}),
+    (r"(?i)needs? (an? )?gpu", {"need gpu", "needs gpu", "need a gpu", "needs a gpu", "need an gpu",
+                                "needs an gpu"}),
+    (r"flash[-_ ]?attn", {"flashattn", "flash-attn", "flash_attn", "flash attn"}),
+    (r"\bsm_\d+ (is )?unsupported", {" unsupported", " is unsupported"}),
     (r"foo|bar\d+|bazz", {"foo", "bar", "bazz"}),
     (r"a|bc", None),  # too short to be worth a prefilter
     (r"\d+ MiB", {" mib"}),

@@ -1,0 +1,112 @@
+"""Which rules of a pack can match a bundle, without walking them all.
+
+Most rules can only match when some literal occurs in some text of the
+bundle: a regex's required literals (:mod:`loop_core.fastregex`), the
+phrases of a ``contains``. :meth:`Condition.needs` says which, per rule.
+Built once per pack, a :class:`RuleIndex` turns that around:
+
+- a need whose literal holds a word between two spaces (``cuda out of
+  memory`` holds ``out``, ``of``) is filed under that word, so one set
+  intersection of a text's words with the index's words finds every rule
+  one of whose needs *may* hold, however many rules the pack has; a literal
+  that starts or ends with a space is filed under the start or end of the
+  word it implies (:func:`~loop_core.fastregex.affix_key`), the same way;
+- a rule with a need that has no such word is checked when the walk
+  reaches it, by looking for its literals (each looked for once per text);
+- a rule with no known needs (a ``not``, a plugin condition kind, a general
+  JSONPath) is always evaluated.
+
+Rules are still evaluated in file order, and a rule is skipped only when it
+provably cannot match, so the first match is the one a plain walk finds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from .conditions import Need, Selector
+from .view import View
+
+__all__ = ["RuleIndex"]
+
+
+@dataclass(slots=True)
+class _ByWord:
+    """The keyed needs on one selector: word (or affix key) -> positions of rules."""
+
+    selector: Selector
+    rules: dict[str, list[int]] = field(default_factory=dict)
+    affix_rules: dict[str, list[int]] = field(default_factory=dict)
+    positions: set[int] = field(default_factory=set)
+    words: frozenset[str] = frozenset()
+    affixes: frozenset[str] = frozenset()
+
+
+class RuleIndex:
+    """The rules of a pack, indexed by the words and literals they need."""
+
+    __slots__ = ("size", "_always", "_by_word", "_checked")
+
+    def __init__(self, needs: Sequence[tuple[Need, ...] | None]) -> None:
+        """``needs[i]`` are the needs of rule ``i`` (None or empty: always evaluated)."""
+        self.size = len(needs)
+        self._always: list[int] = []
+        self._checked: dict[int, tuple[Need, ...]] = {}
+        by_word: dict[str, _ByWord] = {}
+        for pos, rule_needs in enumerate(needs):
+            if not rule_needs:
+                self._always.append(pos)
+            elif any(n.anchor is None and n.affix is None for n in rule_needs):
+                self._checked[pos] = rule_needs
+            else:
+                for need in rule_needs:
+                    entry = by_word.setdefault(need.selector.text, _ByWord(need.selector))
+                    if need.anchor is not None:
+                        entry.rules.setdefault(need.anchor, []).append(pos)
+                    else:
+                        entry.affix_rules.setdefault(need.affix, []).append(pos)  # type: ignore[arg-type]
+                    entry.positions.add(pos)
+        for entry in by_word.values():
+            entry.words = frozenset(entry.rules)
+            entry.affixes = frozenset(entry.affix_rules)
+        self._by_word = tuple(by_word.values())
+
+    def describe(self) -> dict[str, int]:
+        """How the pack's rules are indexed (for ``bench`` and docs)."""
+        indexed = set().union(*(e.positions for e in self._by_word)) if self._by_word else set()
+        return {"rules": self.size, "by_word": len(indexed), "checked": len(self._checked),
+                "always": len(self._always)}
+
+    def candidates(self, view: View) -> Iterator[int]:
+        """Positions of the rules that may match ``view``, in order."""
+        found = set(self._always)
+        found.update(self._checked)
+        for entry in self._by_word:
+            values = entry.selector.values(view)
+            value = values[0] if values else None
+            if not isinstance(value, str):
+                continue  # a regex or a text `contains` cannot match a non-text
+            index = view.index(value)
+            if not index.exact:
+                found |= entry.positions
+                continue
+            for word in index.words() & entry.words:
+                found.update(entry.rules[word])
+            if entry.affixes:
+                for key in index.affixes() & entry.affixes:
+                    found.update(entry.affix_rules[key])
+        checked = self._checked
+        for pos in sorted(found):
+            rule_needs = checked.get(pos)
+            if rule_needs is None or any(_may_hold(view, need) for need in rule_needs):
+                yield pos
+
+
+def _may_hold(view: View, need: Need) -> bool:
+    values = need.selector.values(view)
+    value = values[0] if values else None
+    if not isinstance(value, str):
+        return False
+    index = view.index(value)
+    return not index.exact or index.holds(need.literal, need.anchor)

@@ -1,0 +1,132 @@
+"""The rule index skips only rules that cannot match: same verdicts, fewer rules walked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loop_core import Engine, make_plugin_manager, read_bundle
+from loop_core.conditions import Need
+from loop_core.evaluate import case_bundle, load_cases
+from loop_core.fastregex import TextIndex, affix_key, anchor_word
+from loop_core.rules import Rule
+from loop_core.testing import make_bundle
+from loop_core.view import View
+
+HERE = Path(__file__).parent
+
+
+def _plain_walk(engine: Engine, view: View) -> str | None:
+    """The first active rule whose condition holds, walking every rule."""
+    for rule in engine.pack.active_rules:
+        if rule.matches(view):
+            return rule.id
+    return None
+
+
+def _indexed_walk(engine: Engine, view: View) -> str | None:
+    for rule in engine.pack.candidates(view):
+        if rule.matches(view):
+            return rule.id
+    return None
+
+
+def _synthetic_pack(root: Path, count: int) -> Path:
+    """Rules shaped like a large third-party pack: each names a tag of its own."""
+    root.mkdir()
+    (root / "pack.yml").write_text("name: many\n", encoding="utf-8")
+    lines = ["rules:"]
+    for i in range(count):
+        tag = f"w{i:04d}_widget"  # the first eight characters differ from rule to rule
+        kinds = [
+            (f"regex: '(?i)\\b(runtimeerror|valueerror): widget {tag} failed\\b'",  # anchored on words
+             f"RuntimeError: widget {tag} failed"),
+            (f"regex: '(?i)loader v?\\d+\\.\\d+ {tag}'", f"loader 1.2 {tag}"),  # starts a word: an affix key
+            (f"regex: '(?i)^{tag}$'", tag),  # no literal with a word: checked when reached
+            (f"contains: ['errno {tag} (code 7)', 'errno {tag}']", f"errno {tag} (code 7)"),
+        ]
+        condition, example = kinds[i % len(kinds)]
+        lines += [f"  - id: r{i:04d}", "    class: unknown", f"    description: rule {i}", "    when:",
+                  "      select: $.signal.all_text", "      ignore_case: true", f"      {condition}",
+                  "    examples:", f"      match: ['{example}']", "      no_match: ['RuntimeError: NCCL error']"]
+    (root / "10-many.yml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def _corpus_bundles() -> list:
+    bundles = [case_bundle(c) for c in load_cases(HERE / "corpus")]
+    for path in sorted((HERE / "conformance" / "bundles").iterdir()):
+        try:
+            bundles.append(read_bundle(path))
+        except Exception:  # noqa: BLE001 - malformed on purpose; the reader's tests cover them
+            continue
+    return bundles
+
+
+@pytest.fixture(scope="module")
+def corpus() -> list:
+    return _corpus_bundles()
+
+
+@pytest.mark.parametrize("pack", ["default", "reference"])
+def test_indexed_walk_finds_what_a_plain_walk_finds(pack: str, corpus: list) -> None:
+    engine = Engine.build(pack, make_plugin_manager(entry_points=False))
+    assert len(corpus) > 400
+    for bundle in corpus:
+        assert _indexed_walk(engine, View(bundle)) == _plain_walk(engine, View(bundle))
+
+
+def test_a_large_pack_walks_only_the_rules_a_bundle_can_match(tmp_path: Path) -> None:
+    engine = Engine.build(_synthetic_pack(tmp_path / "many", 400), make_plugin_manager(entry_points=False))
+    info = engine.pack.index.describe()
+    assert info == {"rules": 400, "by_word": 300, "checked": 100, "always": 0}
+    noise = "\n".join(f"INFO 05-17 10:00:{i % 60:02d} loader step {i} ok" for i in range(200))
+    for i, text in [(5, "loader 2.1 w0005_widget"), (8, "RuntimeError: widget w0008_widget failed"),
+                    (11, "see errno w0011_widget (code 7) above")]:
+        bundle = make_bundle(f"{noise}\n{text}\n{noise}")
+        view = View(bundle)
+        walked = list(engine.pack.candidates(view))
+        # The 100 rules without a word are looked for (cheaply) but are not candidates here.
+        assert [r.id for r in walked] == [f"r{i:04d}"]
+        assert engine.classify(bundle).matched_rule == f"r{i:04d}"
+    unrelated = make_bundle(f"{noise}\nRuntimeError: NCCL error\n{noise}")
+    assert list(engine.pack.candidates(View(unrelated))) == []
+
+
+def test_synthetic_pack_verdicts_agree_with_a_plain_walk(tmp_path: Path, corpus: list) -> None:
+    engine = Engine.build(_synthetic_pack(tmp_path / "many", 40), make_plugin_manager(entry_points=False))
+    texts = ["loader 1.0 w0001_widget", "w0002_widget", "x w0002_widget y", "ValueError: widget w0004_widget failed",
+             "errno w0007_widget", "LOADER V3.4 W0005_WIDGET", "loader 1.0 w0001_widget1"]
+    for text in texts:
+        for bundle in (make_bundle(text), make_bundle(("x " * 1500) + text)):
+            assert _indexed_walk(engine, View(bundle)) == _plain_walk(engine, View(bundle)), text
+    for bundle in corpus[:100]:
+        assert _indexed_walk(engine, View(bundle)) == _plain_walk(engine, View(bundle))
+
+
+def test_non_ascii_text_is_never_ruled_out_by_words() -> None:
+    # "İ".lower() is two characters: positions and words of the lowered text cannot be trusted.
+    text = "İ" * 10 + " RuntimeError: widget w0001_widget failed"
+    assert not TextIndex(text).exact
+
+
+@pytest.mark.parametrize("literal, anchor, affix", [
+    ("cuda out of memory", "out", None),
+    (" triton_0042", None, "^triton_0"),
+    ("cudnn_status_x ", None, "$status_x"),
+    (" short", None, None),
+    ("nospace", None, None),
+])
+def test_need_keys(literal: str, anchor: str | None, affix: str | None) -> None:
+    assert anchor_word(literal) == anchor
+    assert (affix_key(literal) if anchor is None else None) == affix
+
+
+def test_needs_of_conditions(tmp_path: Path) -> None:
+    engine = Engine.build(_synthetic_pack(tmp_path / "many", 4), make_plugin_manager(entry_points=False))
+    rules: dict[str, Rule] = {r.id: r for r in engine.pack.rules}
+    needs = rules["r0003"].when.needs()
+    assert needs is not None and {n.literal for n in needs} == {"errno w0003_widget (code 7)", "errno w0003_widget"}
+    assert all(isinstance(n, Need) for n in needs)
+    assert rules["r0002"].when.needs() is not None  # "^tag$": the tag itself is required
