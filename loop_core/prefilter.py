@@ -52,13 +52,13 @@ class RuleIndex:
         """``needs[i]`` are the needs of rule ``i`` (None or empty: always evaluated)."""
         self.size = len(needs)
         self._always: list[int] = []
-        self._checked: dict[int, tuple[Need, ...]] = {}
+        self._checked: dict[int, tuple[tuple[Selector, tuple[tuple[str, str | None], ...]], ...]] = {}
         by_word: dict[str, _ByWord] = {}
         for pos, rule_needs in enumerate(needs):
             if not rule_needs:
                 self._always.append(pos)
             elif any(n.anchor is None and n.affix is None for n in rule_needs):
-                self._checked[pos] = rule_needs
+                self._checked[pos] = _by_selector(rule_needs)
             else:
                 for need in rule_needs:
                     entry = by_word.setdefault(need.selector.text, _ByWord(need.selector))
@@ -98,15 +98,30 @@ class RuleIndex:
                     found.update(entry.affix_rules[key])
         checked = self._checked
         for pos in sorted(found):
-            rule_needs = checked.get(pos)
-            if rule_needs is None or any(_may_hold(view, need) for need in rule_needs):
+            groups = checked.get(pos)
+            if groups is None or _may_hold(view, groups):
                 yield pos
 
 
-def _may_hold(view: View, need: Need) -> bool:
-    values = need.selector.values(view)
-    value = values[0] if values else None
-    if not isinstance(value, str):
-        return False
-    index = view.index(value)
-    return not index.exact or index.holds(need.literal, need.anchor)
+def _by_selector(needs: tuple[Need, ...]) -> tuple[tuple[Selector, tuple[tuple[str, str | None], ...]], ...]:
+    groups: dict[str, tuple[Selector, list[tuple[str, str | None]]]] = {}
+    for need in needs:
+        groups.setdefault(need.selector.text, (need.selector, []))[1].append((need.literal, need.anchor))
+    return tuple((selector, tuple(pairs)) for selector, pairs in groups.values())
+
+
+def _may_hold(view: View, groups: tuple[tuple[Selector, tuple[tuple[str, str | None], ...]], ...]) -> bool:
+    """Whether one of the needs may hold: its literal occurs in the text it is about."""
+    for selector, pairs in groups:
+        values = selector.values(view)
+        value = values[0] if values else None
+        if not isinstance(value, str):
+            continue
+        index = view.index(value)
+        if not index.exact:
+            return True
+        holds = index.holds
+        for literal, anchor in pairs:
+            if holds(literal, anchor):
+                return True
+    return False

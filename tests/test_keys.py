@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loop_core import consensus_key, dedup_key, dedup_labels, submission_fingerprint, tier2_fingerprint
 from loop_core.keys import DedupKey, arch_label, error_substring, kv_calc_version, normalize_text
@@ -207,3 +209,13 @@ def test_kv_calc_version_moves_with_content(tmp_path: Path) -> None:
 def test_kv_calc_version_degrades_to_the_base(tmp_path: Path) -> None:
     assert kv_calc_version(tmp_path / "missing") == "kvcalc-v0.8.0"
     assert kv_calc_version(tmp_path) == "kvcalc-v0.8.0"
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(["a", "B", " ", "\n", "\t", "İ", "ß", "x" * 50, "Word", "\u2003", "ǅ", " " * 300]),
+                max_size=120).map("".join),
+       st.sampled_from([1, 10, 240]))
+def test_normalize_text_reads_only_what_the_limit_needs_and_says_the_same(text: str, limit: int) -> None:
+    # Long texts are normalised from a prefix; the result must be the §3.4 formula's.
+    assert normalize_text(text, limit) == " ".join(text.split()).lower()[:limit]
+    assert normalize_text(" " * 2000 + text, limit) == " ".join(text.split()).lower()[:limit]
