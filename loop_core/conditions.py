@@ -259,7 +259,23 @@ class Select(Condition):
     timeout: float = DEFAULT_REGEX_TIMEOUT
 
     def evaluate(self, view: View) -> bool:
+        if self.op == "regex":  # whether, not where: the cheaper test
+            return any(self._test(view, value) for value in self.selector.values(view) if isinstance(value, str))
         return self._check(view, self.selector.values(view))[0]
+
+    def _test(self, view: View, value: str) -> bool:
+        try:
+            return bool(self.operand.test(value, timeout=self.timeout, index=view.index(value)))
+        except TimeoutError:
+            self._timed_out(view)
+            return False
+
+    def _timed_out(self, view: View) -> None:
+        view.timeouts += 1
+        view.warnings.append(
+            f"regex {self.operand.pattern!r} on {self.selector.text} timed out after "
+            f"{self.timeout:g}s; the rule evaluating it does not match"
+        )
 
     def explain(self, view: View) -> Trace:
         values = self.selector.values(view)
@@ -310,11 +326,7 @@ class Select(Condition):
             try:
                 m = self.operand.search(value, timeout=self.timeout, index=view.index(value))
             except TimeoutError:
-                view.timeouts += 1
-                view.warnings.append(
-                    f"regex {self.operand.pattern!r} on {self.selector.text} timed out after "
-                    f"{self.timeout:g}s; the rule evaluating it does not match"
-                )
+                self._timed_out(view)
                 return False, "timed out"
             if m is None:
                 return False, ""

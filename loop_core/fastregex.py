@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -43,7 +44,7 @@ else:  # pragma: no cover - Python 3.10
     import sre_constants as C
     import sre_parse
 
-__all__ = ["GuardedRegex", "TextIndex", "affix_key", "anchor_word", "required_literals"]
+__all__ = ["GuardedRegex", "TextIndex", "affix_key", "anchor_word", "required_literals", "split_alternatives"]
 
 MIN_LITERAL = 3
 MAX_STRINGS = 16  # a stretch of the pattern matching more strings than this is not expanded
@@ -68,9 +69,16 @@ _NEWLINE_CATEGORIES = {c for c in (getattr(C, n, None) for n in (
 
 
 def _literal_char(code: int) -> str | None:
-    ch = chr(code)
     # ASCII only: lower() keeps positions and is a sound stand-in for IGNORECASE there.
-    return ch.lower() if ch.isascii() and ch.isprintable() else None
+    return _PRINTABLE_ASCII.get(code)
+
+
+_PRINTABLE_ASCII = {code: chr(code).lower() for code in range(128) if chr(code).isprintable()}
+
+
+def _seq(items: Any) -> list[Any]:
+    """The items of a parsed sequence as a list (a SubPattern indexes item by item)."""
+    return getattr(items, "data", items)  # type: ignore[no-any-return]
 
 
 def _best(candidates: list[frozenset[str]]) -> frozenset[str] | None:
@@ -125,7 +133,7 @@ def _strings(op: Any, av: Any) -> frozenset[str] | None:
 
 def _sequence_strings(items: Iterable[Any]) -> frozenset[str] | None:
     out = {""}
-    for op, av in items:
+    for op, av in _seq(items):
         sub = _strings(op, av)
         if sub is None:
             return None
@@ -148,7 +156,7 @@ def _required(items: Iterable[Any]) -> frozenset[str] | None:
         if "" not in run:
             candidates.append(frozenset(run))
 
-    for op, av in items:
+    for op, av in _seq(items):
         strings = _strings(op, av)
         if strings is not None:
             longer = {a + b for a in run for b in strings}
@@ -231,6 +239,47 @@ def affix_key(literal: str) -> str | None:
     return None
 
 
+_NOT_SPLIT = re.compile(r"\\[1-9]|\\g<|\(\?P=|\(\?\(|\(\?[a-zA-Z]*[xV]|\(\?[a-zA-Z]*-[a-zA-Z]*:?|\(\?\|")
+
+
+def split_alternatives(pattern: str, flags: int = 0) -> list[str] | None:
+    """The top-level alternatives of ``pattern``, or None when there are fewer than
+    two or splitting could change what a piece means: back-references and
+    conditionals (group numbers shift), verbose mode (``|`` in comments),
+    ``(?|...)`` branch resets, scoped flag changes. A leading global flag group
+    such as ``(?i)`` stays on the first piece; compile every piece with the
+    whole pattern's ``flags``, which hold it.
+    """
+    if flags & regex.VERBOSE or _NOT_SPLIT.search(pattern):
+        return None
+    pieces, depth, start, i, in_class = [], 0, 0, 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if in_class:
+            if ch == "]":
+                in_class = False
+        elif ch == "[":
+            in_class = True
+            if pattern.startswith("]", i + 1) or pattern.startswith("^]", i + 1):
+                i += 2 if pattern[i + 1] == "]" else 3  # a leading ] is a literal member
+                continue
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            pieces.append(pattern[start:i])
+            start = i + 1
+        i += 1
+    if depth != 0 or in_class:
+        return None
+    pieces.append(pattern[start:])
+    return pieces if len(pieces) > 1 and all(pieces) else None
+
+
 def required_literals(pattern: str) -> frozenset[str] | None:
     """Lower-cased literals one of which every match contains, or None when unknown."""
     if _UNPARSED_SYNTAX.search(pattern):
@@ -253,7 +302,7 @@ def _window_safe(items: Iterable[Any], flags: int) -> bool:
     text: a single-line ``$``, ``\\Z`` or ``\\A`` would match there, or not, where
     the whole text differs. Back-references and conditionals are not analysed.
     """
-    for op, av in items:
+    for op, av in _seq(items):
         if op in _WINDOW_OPS:
             continue
         if op is C.AT:
@@ -286,7 +335,7 @@ def _newlines(items: Iterable[Any], flags: int) -> int | None:
     """The most newlines a match of ``items`` (and what its lookarounds read) can
     hold, or None when unbounded (``\\s*``, ``(?s).*``)."""
     total = 0
-    for op, av in items:
+    for op, av in _seq(items):
         n: int | None
         if op is C.LITERAL:
             n = 1 if av == _NEWLINE else 0
@@ -401,7 +450,7 @@ class GuardedRegex:
     so results do not depend on when it happened.
     """
 
-    __slots__ = ("compiled", "pattern", "_literals", "_anchors", "_reach", "_analysed")
+    __slots__ = ("compiled", "pattern", "_literals", "_anchors", "_reach", "_branches", "_analysed")
 
     def __init__(self, compiled: Any) -> None:
         self.compiled = compiled
@@ -440,7 +489,30 @@ class GuardedRegex:
 
     def _analyse(self) -> None:
         self._literals, self._anchors, self._reach = self._analysis()
+        pieces = split_alternatives(self.pattern, self.compiled.flags)
+        self._branches = tuple(GuardedRegex(regex.compile(p, self.compiled.flags)) for p in pieces) if pieces else ()
         self._analysed = True
+
+    def test(self, text: str, *, timeout: float | None = None, index: TextIndex | None = None) -> bool:
+        """``search(...) is not None``, often cheaper: a pattern ``A|B|C`` holds when
+        one alternative does, and each alternative is searched only near its own
+        literals (the span of the whole pattern's match is not computed).
+
+        :raises TimeoutError: the searches together took longer than ``timeout``.
+        """
+        if not self._analysed:
+            self._analyse()
+        if not self._branches:
+            return self.search(text, timeout=timeout, index=index) is not None
+        idx = index if index is not None else TextIndex(text)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for branch in self._branches:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"regex {self.pattern!r} timed out")
+            if branch.search(text, timeout=left, index=idx) is not None:
+                return True
+        return False
 
     def _analysis(self) -> tuple[tuple[str, ...] | None, tuple[str | None, ...], int | None]:
         if _UNPARSED_SYNTAX.search(self.pattern):

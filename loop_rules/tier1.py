@@ -153,10 +153,9 @@ def _match(ctx: MatchContext) -> Match | None:
     surface = scan_surface(ctx, compiled.surface)
     index = ctx.view.index(surface)
     try:
-        if compiled.signature.search(surface, timeout=compiled.timeout, index=index) is None:
+        if not compiled.signature.test(surface, timeout=compiled.timeout, index=index):
             return None
-        if compiled.unless is not None and compiled.unless.search(surface, timeout=compiled.timeout,
-                                                                    index=index):
+        if compiled.unless is not None and compiled.unless.test(surface, timeout=compiled.timeout, index=index):
             return None
     except TimeoutError:
         ctx.view.warnings.append(f"{RULE_ID}: signature search timed out; counted as no match")

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loop_core import Engine
-from loop_core.fastregex import GuardedRegex, TextIndex, required_literals
+from loop_core.fastregex import GuardedRegex, TextIndex, required_literals, split_alternatives
 from loop_core.selftest import _regex_nodes
 from loop_rules.tier1 import REFERENCE_SIGNATURE
 
@@ -72,6 +72,7 @@ def test_guarded_search_equals_plain_search(pattern: str, words: list[str]) -> N
         assert (plain is None) == (fast is None)
         if plain is not None:
             assert plain.span() == fast.span()
+    assert guarded.test(text) == (plain is not None)
 
 
 FILLER = ["INFO 05-17 10:00:01 engine step ok", "", "   ", "DEBUG loading shard 3 of 8", "Traceback (most recent call last):"]
@@ -93,6 +94,7 @@ def test_windowed_search_on_long_logs_equals_plain_search(pattern: str, lines: l
         assert (plain is None) == (fast is None)
         if plain is not None:
             assert plain.span() == fast.span()
+    assert guarded.test(text, index=index) == (plain is not None)  # alternative by alternative
 
 
 @pytest.mark.parametrize("pattern, reach", [
@@ -126,6 +128,18 @@ def test_a_log_with_the_literal_on_every_line_is_searched_whole() -> None:
     text = "\n".join(f"line {i} error here" for i in range(500)) + "\nerror  code 7"
     g = GuardedRegex(regex.compile(r"error\s{1,3}code"))
     assert g.search(text).span() == regex.search(r"error\s{1,3}code", text).span()
+
+
+@pytest.mark.parametrize("pattern, pieces", [
+    (r"(?i)no kernel|cuda (error|fault)|x[|]y", ["(?i)no kernel", "cuda (error|fault)", "x[|]y"]),
+    (r"[]|]a|b\|c", ["[]|]a", "b\\|c"]),
+    (r"(a)\1|b", None),          # a back-reference: group numbers would shift
+    (r"(?x) a | b", None),         # verbose: a | may sit in a comment
+    (r"only one", None),
+    (r"a|(b", None),               # unbalanced: left to the regex engine
+])
+def test_split_alternatives(pattern: str, pieces: list[str] | None) -> None:
+    assert split_alternatives(pattern) == pieces
 
 
 def test_every_pack_pattern_is_analysed_without_error() -> None:
@@ -171,3 +185,24 @@ def test_spans_are_relative_to_the_whole_text(pm: pluggy.PluginManager) -> None:
     text = "INFO start\n" * 500 + "RuntimeError: CUDA error: no kernel image is available for execution on the device\n"
     g = GuardedRegex(regex.compile(r"(?i)no kernel image is available"))
     assert g.search(text).span() == regex.search(r"(?i)no kernel image is available", text).span()
+
+
+def _pack_examples() -> list[str]:
+    from loop_core import make_plugin_manager
+
+    texts = []
+    for pack in ("default", "reference"):
+        for rule in Engine.build(pack, make_plugin_manager(entry_points=False)).pack.rules:
+            texts.extend(e for e in (*rule.match_examples, *rule.no_match_examples) if isinstance(e, str))
+    return texts
+
+
+def test_alternative_by_alternative_agrees_on_every_rule_example() -> None:
+    # The examples exercise the alternatives one by one, where random text rarely does.
+    texts = _pack_examples()
+    assert len(texts) > 150
+    for pattern in PATTERNS:
+        compiled = regex.compile(pattern)
+        guarded = GuardedRegex(compiled)
+        for text in texts:
+            assert guarded.test(text) == (compiled.search(text) is not None), (pattern, text)
