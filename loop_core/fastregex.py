@@ -47,7 +47,7 @@ else:  # pragma: no cover - Python 3.10
 __all__ = ["GuardedRegex", "TextIndex", "affix_key", "anchor_word", "required_literals", "split_alternatives"]
 
 MIN_LITERAL = 3
-MAX_STRINGS = 16  # a stretch of the pattern matching more strings than this is not expanded
+MAX_STRINGS = 1  # more strings per stretch: more literals to look for, which costs more than rarer ones save
 # regex-module syntax the stdlib parser would misread as literal text: fuzzy
 # constraints such as (?:kernel){e<=1}, and the version-1 flag (whose set
 # operations -- && ~~ || are plain characters in the version 0 we compile with).
@@ -146,8 +146,11 @@ def _sequence_strings(items: Iterable[Any]) -> frozenset[str] | None:
 def _required(items: Iterable[Any]) -> frozenset[str] | None:
     """A set of literals one of which every match of the sequence contains, or None.
 
-    A stretch of items that can only match a few strings (``requires? (an? )?``)
-    gives the set of their concatenations, longer and rarer than any one piece.
+    A stretch of items that can each match only a few strings gives the set
+    of their concatenations: ``(?:cuda) out of`` one literal, and with a
+    larger ``MAX_STRINGS``, ``needs? (an? )?gpu`` six. Rarer literals, but more
+    of them to look for; on the benchmark corpus one string per stretch was
+    fastest once each alternative is searched on its own (``test``).
     """
     candidates: list[frozenset[str]] = []
     run = {""}  # every string the current stretch of few-string items can match

@@ -30,6 +30,8 @@ from .view import View
 
 __all__ = ["RuleIndex"]
 
+AFFIX_RULES = 64  # fewer rules keyed by word starts and ends are checked one by one instead
+
 
 @dataclass(slots=True)
 class _ByWord:
@@ -54,10 +56,12 @@ class RuleIndex:
         self._always: list[int] = []
         self._checked: dict[int, tuple[tuple[Selector, tuple[tuple[str, str | None], ...]], ...]] = {}
         by_word: dict[str, _ByWord] = {}
+        # A text's word starts and ends cost a pass over its words: worth it for many rules only.
+        few_affixes = sum(1 for ns in needs if ns and any(n.anchor is None and n.affix for n in ns)) < AFFIX_RULES
         for pos, rule_needs in enumerate(needs):
             if not rule_needs:
                 self._always.append(pos)
-            elif any(n.anchor is None and n.affix is None for n in rule_needs):
+            elif any(n.anchor is None and (n.affix is None or few_affixes) for n in rule_needs):
                 self._checked[pos] = _by_selector(rule_needs)
             else:
                 for need in rule_needs:
