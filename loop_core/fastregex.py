@@ -283,6 +283,19 @@ def split_alternatives(pattern: str, flags: int = 0) -> list[str] | None:
     return pieces if len(pieces) > 1 and all(pieces) else None
 
 
+def _parse_all(pieces: list[str] | None) -> bool:
+    """Every piece stands alone as a pattern (checked with the standard parser, as
+    the analysis is; a piece it rejects keeps the pattern whole)."""
+    if not pieces:
+        return False
+    try:
+        for piece in pieces:
+            sre_parse.parse(piece)
+    except Exception:  # noqa: BLE001 - any parser complaint: do not split
+        return False
+    return True
+
+
 def required_literals(pattern: str) -> frozenset[str] | None:
     """Lower-cased literals one of which every match contains, or None when unknown."""
     if _UNPARSED_SYNTAX.search(pattern):
@@ -453,12 +466,27 @@ class GuardedRegex:
     so results do not depend on when it happened.
     """
 
-    __slots__ = ("compiled", "pattern", "_literals", "_anchors", "_reach", "_branches", "_analysed")
+    __slots__ = ("_compiled", "pattern", "flags", "_literals", "_anchors", "_reach", "_branches", "_analysed")
 
     def __init__(self, compiled: Any) -> None:
-        self.compiled = compiled
+        self._compiled = compiled
         self.pattern: str = compiled.pattern
+        self.flags: int = compiled.flags
         self._analysed = False
+
+    @classmethod
+    def lazy(cls, pattern: str, flags: int) -> GuardedRegex:
+        """One compiled on its first search: the alternatives of a pattern already
+        compiled whole, most of which are never searched (their literals are absent)."""
+        self = cls.__new__(cls)
+        self._compiled, self.pattern, self.flags, self._analysed = None, pattern, flags, False
+        return self
+
+    @property
+    def compiled(self) -> Any:
+        if self._compiled is None:
+            self._compiled = regex.compile(self.pattern, self.flags)
+        return self._compiled
 
     @property
     def literals(self) -> tuple[str, ...] | None:
@@ -492,8 +520,8 @@ class GuardedRegex:
 
     def _analyse(self) -> None:
         self._literals, self._anchors, self._reach = self._analysis()
-        pieces = split_alternatives(self.pattern, self.compiled.flags)
-        self._branches = tuple(GuardedRegex(regex.compile(p, self.compiled.flags)) for p in pieces) if pieces else ()
+        pieces = split_alternatives(self.pattern, self.flags)
+        self._branches = tuple(GuardedRegex.lazy(p, self.flags) for p in pieces) if _parse_all(pieces) else ()
         self._analysed = True
 
     def test(self, text: str, *, timeout: float | None = None, index: TextIndex | None = None) -> bool:
@@ -522,7 +550,7 @@ class GuardedRegex:
             return None, (), None
         flags = 0
         for theirs, ours in _FLAG_MAP:
-            if self.compiled.flags & theirs:
+            if self.flags & theirs:
                 flags |= ours
         try:
             parsed = sre_parse.parse(self.pattern, flags)
