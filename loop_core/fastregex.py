@@ -433,13 +433,16 @@ class TextIndex:
         """Whether ``literal`` occurs in ``low``; ``anchor`` (a word the literal holds
         between two spaces) lets a long text rule it out with a set lookup."""
         at = self._first.get(literal)
-        if at is None:
-            if anchor is not None and self.long and anchor not in self.words():
-                at = -1
-            else:
-                at = self.low.find(literal)
-            self._first[literal] = at
-        return at >= 0
+        return (self.probe(literal, anchor) if at is None else at) >= 0
+
+    def probe(self, literal: str, anchor: str | None) -> int:
+        """Where ``literal`` first occurs in ``low`` (-1: nowhere), looked up and remembered."""
+        if anchor is not None and self.long and anchor not in (self._words or self.words()):
+            at = -1
+        else:
+            at = self.low.find(literal)
+        self._first[literal] = at
+        return at
 
     def hits(self, literal: str, limit: int) -> list[int]:
         """Where ``literal`` starts in ``low`` (overlapping starts too), stopping
@@ -575,8 +578,11 @@ class GuardedRegex:
         idx = index if index is not None else TextIndex(text)
         if not idx.exact:
             return self.compiled.search(text, timeout=timeout)
-        holds = idx.holds
-        present = [lit for lit, anchor in zip(self._literals, self._anchors) if holds(lit, anchor)]
+        first, probe, present = idx._first, idx.probe, []
+        for lit, anchor in zip(self._literals, self._anchors):
+            at = first.get(lit)
+            if (probe(lit, anchor) if at is None else at) >= 0:
+                present.append(lit)
         if not present:
             return None
         if self._reach is None:
