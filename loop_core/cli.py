@@ -247,7 +247,9 @@ def check(rules: str, strict: bool) -> None:
 
     Lint warnings: rules that can never win (an earlier matcher decides all
     of their match examples), rules without no_match examples, regexes with
-    nested quantifiers, files that contribute nothing.
+    nested quantifiers, regexes searched over the whole of a long text (no
+    literal, or no bound on the lines a match spans), files that contribute
+    nothing.
 
     \b
     Example:

@@ -48,10 +48,11 @@ __all__ = ["GuardedRegex", "TextIndex", "affix_key", "anchor_word", "required_li
 
 MIN_LITERAL = 3
 MAX_STRINGS = 1  # more strings per stretch: more literals to look for, which costs more than rarer ones save
-# regex-module syntax the stdlib parser would misread as literal text: fuzzy
-# constraints such as (?:kernel){e<=1}, and the version-1 flag (whose set
-# operations -- && ~~ || are plain characters in the version 0 we compile with).
-_UNPARSED_SYNTAX = re.compile(r"\{[^{}]*[A-Za-z<>=][^{}]*\}|\(\?[a-zA-Z]*V1")
+# regex-module syntax the stdlib parser would misread as literal text: the
+# version-1 flag, whose set operations -- && ~~ || are plain characters in the
+# version 0 we compile with (fuzzy constraints are found by _has_fuzzy).
+_VERSION1 = re.compile(r"\(\?[a-zA-Z]*V1")
+_REPEAT_BODY = re.compile(r"\d*(?:,\d*)?")
 _FLAG_MAP = ((regex.IGNORECASE, re.IGNORECASE), (regex.MULTILINE, re.MULTILINE),
              (regex.DOTALL, re.DOTALL), (regex.VERBOSE, re.VERBOSE))
 MAX_WINDOWS = 64  # more separate windows than this: one search of the whole text is cheaper
@@ -66,6 +67,33 @@ _NEWLINE_CATEGORIES = {c for c in (getattr(C, n, None) for n in (
     "CATEGORY_SPACE", "CATEGORY_NOT_WORD", "CATEGORY_NOT_DIGIT", "CATEGORY_UNI_SPACE",
     "CATEGORY_UNI_NOT_WORD", "CATEGORY_UNI_NOT_DIGIT", "CATEGORY_LOC_NOT_WORD", "CATEGORY_LINEBREAK",
     "CATEGORY_UNI_LINEBREAK")) if c is not None}
+
+
+def _unparsed_syntax(pattern: str) -> bool:
+    """True when ``pattern`` uses ``regex``-module syntax the standard parser would
+    read as literal text: the V1 flag, or a fuzzy constraint such as
+    ``(?:kernel){e<=1}`` (a brace outside a class that is not a repeat count)."""
+    if _VERSION1.search(pattern):
+        return True
+    i, in_class = 0, False
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+            if pattern.startswith("]", i + 1) or pattern.startswith("^]", i + 1):
+                i += 2 if pattern[i + 1] == "]" else 3
+                continue
+        elif ch == "{":
+            end = pattern.find("}", i)
+            if end > i and not _REPEAT_BODY.fullmatch(pattern, i + 1, end):
+                return True
+        i += 1
+    return False
 
 
 def _literal_char(code: int) -> str | None:
@@ -298,7 +326,7 @@ def _parse_all(pieces: list[str] | None) -> bool:
 
 def required_literals(pattern: str) -> frozenset[str] | None:
     """Lower-cased literals one of which every match contains, or None when unknown."""
-    if _UNPARSED_SYNTAX.search(pattern):
+    if _unparsed_syntax(pattern):
         return None
     try:
         parsed = sre_parse.parse(pattern)
@@ -508,6 +536,13 @@ class GuardedRegex:
         return self._anchors
 
     @property
+    def branches(self) -> tuple[GuardedRegex, ...]:
+        """The top-level alternatives, each guarded on its own (empty: not split)."""
+        if not self._analysed:
+            self._analyse()
+        return self._branches
+
+    @property
     def line_local(self) -> bool:
         """No match can cross a newline or see past its line."""
         return self.reach == 0
@@ -549,7 +584,7 @@ class GuardedRegex:
         return False
 
     def _analysis(self) -> tuple[tuple[str, ...] | None, tuple[str | None, ...], int | None]:
-        if _UNPARSED_SYNTAX.search(self.pattern):
+        if _unparsed_syntax(self.pattern):
             return None, (), None
         flags = 0
         for theirs, ours in _FLAG_MAP:

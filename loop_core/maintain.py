@@ -15,7 +15,7 @@ from .bundle import Bundle
 from .engine import Engine
 from .errors import LoopError, RuleError
 from .keys import dedup_key, tier2_fingerprint
-from .rules import RulePack, load_rules
+from .rules import Rule, RulePack, load_rules
 from .testing import make_bundle
 from .verdict import FailureClass
 
@@ -191,12 +191,40 @@ def _example_bundle(example: Any) -> Bundle:
     return make_bundle(example)
 
 
+# Selected texts short enough that a full search costs nothing worth a warning.
+SHORT_TEXTS = frozenset({"$.signal.final_error", "$.signal.error_substring", "$.signal.first_red_cap",
+                         "$.signal.abort_reason", "$.signal.quant_label", "$.signal.arch_family",
+                         "$.signal.engine", "$.signal.model", "$.signal.outcome", "$.signal.error_source"})
+
+
+def _slow_regexes(rule: Rule) -> list[str]:
+    from .selftest import _regex_nodes
+
+    out = []
+    for node in _regex_nodes(rule.when):
+        if node.selector.text in SHORT_TEXTS or node.selector.text.startswith("$.manifest."):
+            continue
+        guarded = node.operand
+        for piece in guarded.branches or (guarded,):
+            why = ("has no literal of 3 or more characters" if piece.literals is None else
+                   "can cross lines without bound or ends at a single-line $" if piece.reach is None else "")
+            if why:
+                shown = piece.pattern if len(piece.pattern) <= 60 else piece.pattern[:57] + "..."
+                out.append(f"regex '{shown}' on {node.selector.text} {why}: it is searched over the whole "
+                           "text of every bundle that reaches the rule (slow on long logs)")
+    return out
+
+
 def lint_pack(engine: Engine) -> list[Lint]:
     """Problems a pack loads fine with but a maintainer wants to hear about.
 
     - a rule that can never win: for every one of its ``match`` examples an
       earlier matcher (Tier-1, the exact table or an earlier rule) decides;
     - a rule without ``no_match`` examples;
+    - a regex (or one of its alternatives) that is searched over the whole
+      of a long text in every bundle that reaches it: it has no literal of
+      three or more characters, or it can cross lines without bound
+      (``\\s*``, ``(?s).*``) or end at a single-line ``$`` (docs/performance.md);
     - a file that contributes nothing (no rules, no exact entries, or only
       rules that can never win).
     """
@@ -215,6 +243,7 @@ def lint_pack(engine: Engine) -> list[Lint]:
                                        f"is decided earlier by {', '.join(by)}"))
         if not rule.no_match_examples:
             out.append(Lint("warning", f"{rule.source} {rule.id}: no no_match examples; add a near miss"))
+        out.extend(Lint("warning", f"{rule.source} {rule.id}: {problem}") for problem in _slow_regexes(rule))
     by_file: dict[str, list[str]] = {}
     for rule in pack.rules:
         by_file.setdefault(rule.source.path, []).append(rule.id)

@@ -157,6 +157,9 @@ def test_every_pack_pattern_is_analysed_without_error() -> None:
     (r"a|bc", None),  # too short to be worth a prefilter
     (r"\d+ MiB", {" mib"}),
     (r"(?:kernel){e<=1}", None),  # fuzzy matching: not analysed
+    (r"x\\(?:kernel){e<=1}", None),  # after an escaped backslash the brace is still fuzzy syntax
+    (r"\{?(valueerror|keyerror)\W{1,4}[:}]", {"valueerror", "keyerror"}),  # an escaped brace is a brace
+    (r"(?V1)[[a-z]--[aeiou]]error", None),  # version-1 set operations
 ])
 def test_required_literals(pattern: str, literals: set[str] | None) -> None:
     got = required_literals(pattern)

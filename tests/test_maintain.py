@@ -144,6 +144,25 @@ def test_lint_finds_shadowed_rules_and_idle_files(tmp_path: Path) -> None:
     assert invoke("check", "--strict", "--rules", str(pack)).exit_code == 1
 
 
+def test_lint_names_regexes_that_are_searched_over_whole_logs(tmp_path: Path) -> None:
+    pack = tmp_path / "p"
+    pack.mkdir()
+    rule = ("- id: {id}\n  class: unknown\n  description: d\n  when: {{select: {sel}, regex: '{rx}'}}\n"
+            "  examples: {{match: ['{ex}'], no_match: [fine]}}\n")
+    (pack / "10-slow.yml").write_text(
+        rule.format(id="no-literal", sel="$.signal.all_text", rx=r"[A-Z]{3}\d+ \w{2}", ex="ABC1 ok")
+        + rule.format(id="unbounded", sel="$.signal.all_text", rx=r"(?i)killed\s*process", ex="Killed process")
+        + rule.format(id="one-slow-alternative", sel="$.signal.all_text", rx=r"(?i)no kernel image|x\d{1,3}y",
+                      ex="no kernel image")
+        + rule.format(id="short-text", sel="$.signal.final_error", rx=r"^[A-Z]{2}\d$", ex="AB1")
+        + rule.format(id="windowed", sel="$.signal.all_text", rx=r"(?i)error\s{1,3}code \d+", ex="error code 7"))
+    out = invoke("check", "--rules", str(pack)).output
+    assert r"no-literal: regex '[A-Z]{3}\d+ \w{2}' on $.signal.all_text has no literal of 3" in out
+    assert r"unbounded: regex '(?i)killed\s*process' on $.signal.all_text can cross lines without bound" in out
+    assert r"one-slow-alternative: regex 'x\d{1,3}y' on $.signal.all_text has no literal" in out
+    assert "short-text:" not in out and "windowed:" not in out  # a short text, and a pattern with a reach
+
+
 def test_rules_version_is_stamped_into_verdicts_and_issue_bodies(pack: Path, pm: pluggy.PluginManager) -> None:
     from loop_core.dedup import draft_issue
 
