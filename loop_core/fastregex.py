@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import regex
@@ -69,12 +69,10 @@ _NEWLINE_CATEGORIES = {c for c in (getattr(C, n, None) for n in (
     "CATEGORY_UNI_LINEBREAK")) if c is not None}
 
 
-def _unparsed_syntax(pattern: str) -> bool:
-    """True when ``pattern`` uses ``regex``-module syntax the standard parser would
-    read as literal text: the V1 flag, or a fuzzy constraint such as
-    ``(?:kernel){e<=1}`` (a brace outside a class that is not a repeat count)."""
-    if _VERSION1.search(pattern):
-        return True
+def _outside_classes(pattern: str) -> Iterator[tuple[int, str]]:
+    """``(index, character)`` for each character of ``pattern`` that is neither
+    escaped nor inside a character class (a leading ``]`` in a class is a
+    member); an unterminated class ends with ``(len(pattern), "[")``."""
     i, in_class = 0, False
     while i < len(pattern):
         ch = pattern[i]
@@ -88,11 +86,24 @@ def _unparsed_syntax(pattern: str) -> bool:
             if pattern.startswith("]", i + 1) or pattern.startswith("^]", i + 1):
                 i += 2 if pattern[i + 1] == "]" else 3
                 continue
-        elif ch == "{":
+        else:
+            yield i, ch
+        i += 1
+    if in_class:
+        yield len(pattern), "["
+
+
+def _unparsed_syntax(pattern: str) -> bool:
+    """True when ``pattern`` uses ``regex``-module syntax the standard parser would
+    read as literal text: the V1 flag, or a fuzzy constraint such as
+    ``(?:kernel){e<=1}`` (a brace outside a class that is not a repeat count)."""
+    if _VERSION1.search(pattern):
+        return True
+    for i, ch in _outside_classes(pattern):
+        if ch == "{":
             end = pattern.find("}", i)
             if end > i and not _REPEAT_BODY.fullmatch(pattern, i + 1, end):
                 return True
-        i += 1
     return False
 
 
@@ -283,29 +294,18 @@ def split_alternatives(pattern: str, flags: int = 0) -> list[str] | None:
     """
     if flags & regex.VERBOSE or _NOT_SPLIT.search(pattern):
         return None
-    pieces, depth, start, i, in_class = [], 0, 0, 0, False
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if in_class:
-            if ch == "]":
-                in_class = False
-        elif ch == "[":
-            in_class = True
-            if pattern.startswith("]", i + 1) or pattern.startswith("^]", i + 1):
-                i += 2 if pattern[i + 1] == "]" else 3  # a leading ] is a literal member
-                continue
-        elif ch == "(":
+    pieces, depth, start = [], 0, 0
+    for i, ch in _outside_classes(pattern):
+        if ch == "(":
             depth += 1
         elif ch == ")":
             depth -= 1
+        elif ch == "[" and i == len(pattern):
+            return None  # an unterminated class: left to the regex engine
         elif ch == "|" and depth == 0:
             pieces.append(pattern[start:i])
             start = i + 1
-        i += 1
-    if depth != 0 or in_class:
+    if depth != 0:
         return None
     pieces.append(pattern[start:])
     return pieces if len(pieces) > 1 and all(pieces) else None
