@@ -311,7 +311,7 @@ def split_alternatives(pattern: str, flags: int = 0) -> list[str] | None:
     return pieces if len(pieces) > 1 and all(pieces) else None
 
 
-def _parse_all(pieces: list[str] | None) -> bool:
+def _parse_all(pieces: list[str]) -> bool:
     """Every piece stands alone as a pattern (checked with the standard parser, as
     the analysis is; a piece it rejects keeps the pattern whole)."""
     if not pieces:
@@ -558,7 +558,7 @@ class GuardedRegex:
 
     def _analyse(self) -> None:
         self._literals, self._anchors, self._reach = self._analysis()
-        pieces = split_alternatives(self.pattern, self.flags)
+        pieces = split_alternatives(self.pattern, self.flags) or []
         self._branches = tuple(GuardedRegex.lazy(p, self.flags) for p in pieces) if _parse_all(pieces) else ()
         self._analysed = True
 
@@ -622,7 +622,7 @@ class GuardedRegex:
             return None
         if self._reach is None:
             return self.compiled.search(text, timeout=timeout)
-        hits = []
+        hits: list[tuple[int, int]] = []
         for lit in present:
             found = idx.hits(lit, MAX_WINDOWS)
             if len(found) > MAX_WINDOWS:
