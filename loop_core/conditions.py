@@ -360,35 +360,45 @@ def _equal(value: Any, operand: Any, ignore_case: bool) -> bool:
     return bool(value == operand)
 
 
+def _guarded(pattern: str, flags: int) -> GuardedRegex:
+    return GuardedRegex(regex.compile(pattern, flags))
+
+
 def compile_condition(
     raw: Any,
     kinds: Mapping[str, ConditionKind],
     *,
     timeout: float = DEFAULT_REGEX_TIMEOUT,
     where: str = "when",
+    regexes: Callable[[str, int], GuardedRegex] = _guarded,
 ) -> Condition:
-    """Compile one validated ``when`` value; raises ``ValueError`` naming ``where``."""
+    """Compile one validated ``when`` value; raises ``ValueError`` naming ``where``.
+
+    :param regexes: makes a guarded regex from a pattern and flags (raising
+        ``regex.error`` for a bad one); a pack load passes its
+        :class:`~loop_core.fastregex.RegexCache`.
+    """
     if isinstance(raw, list):
         if not raw:  # an empty list would match every bundle
             raise ValueError(f"{where}: needs a non-empty list of conditions")
-        return All(tuple(compile_condition(c, kinds, timeout=timeout, where=f"{where}[{i}]")
+        return All(tuple(compile_condition(c, kinds, timeout=timeout, where=f"{where}[{i}]", regexes=regexes)
                          for i, c in enumerate(raw)))
     if not isinstance(raw, dict) or not raw:
         raise ValueError(f"{where}: a condition must be a non-empty mapping or list, got {_short(raw)}")
     keys = set(raw)
     if "select" in keys:
-        return _compile_select(raw, timeout, where)
+        return _compile_select(raw, timeout, where, regexes)
     if len(keys) != 1:
         raise ValueError(f"{where}: expected one of all/any/not/select or a condition kind, got keys {sorted(keys)}")
     (name, arg), = raw.items()
     if name in ("all", "any"):
         if not isinstance(arg, list) or not arg:
             raise ValueError(f"{where}.{name}: needs a non-empty list of conditions")
-        items = tuple(compile_condition(c, kinds, timeout=timeout, where=f"{where}.{name}[{i}]")
+        items = tuple(compile_condition(c, kinds, timeout=timeout, where=f"{where}.{name}[{i}]", regexes=regexes)
                       for i, c in enumerate(arg))
         return All(items) if name == "all" else Any_(items)
     if name == "not":
-        return Not(compile_condition(arg, kinds, timeout=timeout, where=f"{where}.not"))
+        return Not(compile_condition(arg, kinds, timeout=timeout, where=f"{where}.not", regexes=regexes))
     kind = kinds.get(name)
     if kind is None:
         known = ", ".join(sorted(kinds)) or "none"
@@ -400,7 +410,8 @@ def compile_condition(
     return Kind(kind, compiled, arg)
 
 
-def _compile_select(raw: dict[str, Any], timeout: float, where: str) -> Select:
+def _compile_select(raw: dict[str, Any], timeout: float, where: str,
+                    regexes: Callable[[str, int], GuardedRegex]) -> Select:
     selector = compile_selector(raw["select"])
     ignore_case = raw.get("ignore_case", False)
     if not isinstance(ignore_case, bool):
@@ -419,7 +430,7 @@ def _compile_select(raw: dict[str, Any], timeout: float, where: str) -> Select:
             raise ValueError(f"{where}.regex: must be a string, got {_short(value)}")
         flags = regex.IGNORECASE if ignore_case else 0
         try:
-            operand = GuardedRegex(regex.compile(value, flags | regex.VERSION0))
+            operand = regexes(value, flags | regex.VERSION0)
         except regex.error as e:
             raise ValueError(f"{where}: invalid regex {value!r}: {e}") from e
     elif op == "contains":

@@ -44,7 +44,7 @@ else:  # pragma: no cover - Python 3.10
     import sre_constants as C
     import sre_parse
 
-__all__ = ["GuardedRegex", "TextIndex", "affix_key", "anchor_word", "required_literals", "split_alternatives"]
+__all__ = ["GuardedRegex", "RegexCache", "TextIndex", "affix_key", "anchor_word", "required_literals", "split_alternatives"]
 
 MIN_LITERAL = 3
 MAX_STRINGS = 1  # more strings per stretch: more literals to look for, which costs more than rarer ones save
@@ -519,6 +519,44 @@ class GuardedRegex:
             self._compiled = regex.compile(self.pattern, self.flags)
         return self._compiled
 
+    def export(self) -> dict[str, Any]:
+        """The analysis as plain data (for :class:`RegexCache`); :meth:`restore` reads it back."""
+        if not self._analysed:
+            self._analyse()
+        return {"flags": int(self.flags), "literals": None if self._literals is None else list(self._literals),
+                "anchors": list(self._anchors), "reach": self._reach,
+                "branches": [[b.pattern, b.export()] for b in self._branches]}
+
+    @classmethod
+    def restore(cls, pattern: str, flags: int, data: Any) -> GuardedRegex:
+        """A lazily compiled pattern with the analysis :meth:`export` gave.
+
+        :raises ValueError: ``data`` is not what ``export`` writes.
+        """
+        if not isinstance(data, dict):
+            raise ValueError("analysis is not a mapping")
+        effective = data.get("flags")  # the flags the pattern compiled with, inline ones included
+        if not isinstance(effective, int) or isinstance(effective, bool) or effective & flags != flags:
+            raise ValueError("bad flags")
+        self = cls.lazy(pattern, effective)
+        literals, anchors, reach, branches = (data.get(k) for k in ("literals", "anchors", "reach", "branches"))
+        if literals is not None and not (isinstance(literals, list) and all(isinstance(x, str) for x in literals)):
+            raise ValueError("bad literals")
+        if not (isinstance(anchors, list) and all(x is None or isinstance(x, str) for x in anchors)):
+            raise ValueError("bad anchors")
+        if (literals is None) != (not anchors) or (literals is not None and len(anchors) != len(literals)):
+            raise ValueError("anchors do not fit the literals")
+        if reach is not None and (not isinstance(reach, int) or isinstance(reach, bool) or reach < 0):
+            raise ValueError("bad reach")
+        if not (isinstance(branches, list) and all(isinstance(b, list) and len(b) == 2 and isinstance(b[0], str)
+                                                   for b in branches)):
+            raise ValueError("bad branches")
+        self._literals = None if literals is None else tuple(literals)
+        self._anchors, self._reach = tuple(anchors), reach
+        self._branches = tuple(cls.restore(piece, effective, sub) for piece, sub in branches)
+        self._analysed = True
+        return self
+
     @property
     def literals(self) -> tuple[str, ...] | None:
         """Lower-cased literals, longest first, one of which every match holds (None: unknown)."""
@@ -668,3 +706,33 @@ def _windows(low: str, hits: list[tuple[int, int]], reach: int) -> list[tuple[in
         if covered * 2 > size:
             return None
     return out
+
+
+class RegexCache:
+    """Makes the guarded regexes of one pack, reusing an earlier analysis.
+
+    ``entries`` maps ``"<flags>:<pattern>"`` to :meth:`GuardedRegex.export`
+    data from an earlier load of the same pack (see
+    :mod:`loop_core.packcache`, which keys them by the pack's content and
+    this code's). A pattern found there was compiled without error then, so
+    it is compiled again only when first searched; any other is compiled now
+    (raising ``regex.error`` as ever) and analysed, and ``dirty`` says the
+    entries should be saved again.
+    """
+
+    def __init__(self, entries: dict[str, Any] | None = None) -> None:
+        self.entries: dict[str, Any] = dict(entries or {})
+        self.dirty = False
+
+    def make(self, pattern: str, flags: int) -> GuardedRegex:
+        key = f"{int(flags)}:{pattern}"
+        data = self.entries.get(key)
+        if data is not None:
+            try:
+                return GuardedRegex.restore(pattern, flags, data)
+            except (ValueError, RecursionError):
+                pass  # a damaged entry: analyse again
+        guarded = GuardedRegex(regex.compile(pattern, flags))
+        self.entries[key] = guarded.export()
+        self.dirty = True
+        return guarded

@@ -25,7 +25,9 @@ import yaml
 
 from .conditions import DEFAULT_REGEX_TIMEOUT, Condition, ConditionKind, Trace, compile_condition
 from .errors import RuleError
+from .fastregex import GuardedRegex, RegexCache
 from .prefilter import RuleIndex
+from . import packcache
 from .verdict import FailureClass
 from .view import View
 
@@ -122,6 +124,9 @@ class RulePack:
     version: str
     files: tuple[str, ...] = ()
     sources: Mapping[str, str] = field(default_factory=dict)
+    # Makes (and remembers) the pack's regexes; see loop_core.packcache.
+    regexes: RegexCache = field(default_factory=RegexCache, repr=False, compare=False)
+    content: str = ""  # the full hash of the pack's files (version is its first 12 digits)
     # Derived from ``rules`` once: the rules that decide, the shadow rules, and
     # the index of what the deciding rules need (loop_core.prefilter).
     active_rules: tuple[Rule, ...] = field(init=False, repr=False, compare=False)
@@ -133,6 +138,17 @@ class RulePack:
         object.__setattr__(self, "active_rules", active)
         object.__setattr__(self, "shadow_rules", tuple(r for r in self.rules if r.shadow))
         object.__setattr__(self, "index", RuleIndex([rule.when.needs() for rule in active]))
+
+    def regex(self, pattern: str, flags: int = 0) -> GuardedRegex:
+        """A guarded regex for a pattern that belongs to the pack (a plugin's Tier-1
+        signature built from ``pack.yml``, say), analysed once across starts.
+
+        :raises regex.error: the pattern does not compile.
+        """
+        guarded = self.regexes.make(pattern, flags)
+        if self.regexes.dirty and self.root is not None:
+            packcache.save(self.regexes, self.content)
+        return guarded
 
     def candidates(self, view: View) -> Iterator[Rule]:
         """The active rules that may match ``view``, in order; the others cannot."""
@@ -245,8 +261,10 @@ def load_rules(
         texts[path.name] = text
         digest.update(path.name.encode() + b"\x1f" + text.encode() + b"\x1f")
         sources[label] = text
+    content = digest.hexdigest()
+    regexes = packcache.load(content)  # the analysis of an earlier load of these very files
     if PACK_FILE in texts:
-        settings = _load_settings(texts.pop(PACK_FILE), f"{shown}/{PACK_FILE}", settings, problems)
+        settings = _load_settings(texts.pop(PACK_FILE), f"{shown}/{PACK_FILE}", settings, problems, regexes)
 
     rules: list[Rule] = []
     exact: dict[str, str] = {}
@@ -278,7 +296,7 @@ def load_rules(
                     problems.add(f"{source} {rule_id}: duplicate id, first defined at {seen_ids[rule_id]}")
                     continue
                 seen_ids[rule_id] = source
-            rule = _load_rule(raw, source, kinds, settings, problems)
+            rule = _load_rule(raw, source, kinds, settings, problems, regexes)
             if rule is not None:
                 rules.append(rule)
     if problems.items:
@@ -286,19 +304,24 @@ def load_rules(
             f"{len(problems.items)} problem(s) in rule pack {shown}:\n" + "\n".join(problems.items),
             problems=tuple(problems.items),
         )
-    return RulePack(
+    pack = RulePack(
         name=settings.name or (name or root.name),
         root=root,
         rules=tuple(rules),
         exact=MappingProxyType(exact),
         settings=settings,
-        version=digest.hexdigest()[:12],
+        version=content[:12],
         files=tuple(p.name for p in files),
         sources=MappingProxyType(sources),
+        regexes=regexes,
+        content=content,
     )
+    packcache.save(regexes, content)  # after the index analysed every regex it needs
+    return pack
 
 
-def _load_settings(text: str, label: str, base: PackSettings, problems: _Problems) -> PackSettings:
+def _load_settings(text: str, label: str, base: PackSettings, problems: _Problems,
+                   regexes: RegexCache) -> PackSettings:
     try:
         doc = load_yaml_text(text, label) or {}
     except RuleError as e:
@@ -330,8 +353,8 @@ def _load_settings(text: str, label: str, base: PackSettings, problems: _Problem
         extra = sorted(set(tier1) - {"signature", "unless", "surface"})
         if extra:
             problems.add(f"{label}: tier1_oom: unknown keys {extra}")
-        signature = _regex_list(tier1.get("signature"), f"{label}: tier1_oom.signature", problems)
-        unless = _regex_list(tier1.get("unless"), f"{label}: tier1_oom.unless", problems)
+        signature = _regex_list(tier1.get("signature"), f"{label}: tier1_oom.signature", problems, regexes)
+        unless = _regex_list(tier1.get("unless"), f"{label}: tier1_oom.unless", problems, regexes)
         surface = tier1.get("surface", "reference")
         if surface not in ("reference", "all_text"):
             problems.add(f"{label}: tier1_oom.surface must be reference or all_text, got {surface!r}")
@@ -346,7 +369,7 @@ def _load_settings(text: str, label: str, base: PackSettings, problems: _Problem
     )
 
 
-def _regex_list(value: Any, where: str, problems: _Problems) -> tuple[str, ...]:
+def _regex_list(value: Any, where: str, problems: _Problems, regexes: RegexCache) -> tuple[str, ...]:
     import regex
 
     if value is None:
@@ -356,7 +379,7 @@ def _regex_list(value: Any, where: str, problems: _Problems) -> tuple[str, ...]:
         return ()
     for pattern in value:
         try:
-            regex.compile(pattern)
+            regexes.make(pattern, 0)
         except regex.error as e:
             problems.add(f"{where}: invalid regex {pattern!r}: {e}")
     return tuple(value)
@@ -380,7 +403,7 @@ def _load_exact(raw: Any, label: str, exact: dict[str, str], problems: _Problems
 
 
 def _load_rule(raw: Any, source: RuleSource, kinds: Mapping[str, ConditionKind],
-               settings: PackSettings, problems: _Problems) -> Rule | None:
+               settings: PackSettings, problems: _Problems, regexes: RegexCache) -> Rule | None:
     if not isinstance(raw, dict):
         problems.add(f"{source}: a rule must be a mapping, got {type(raw).__name__}")
         return None
@@ -409,7 +432,7 @@ def _load_rule(raw: Any, source: RuleSource, kinds: Mapping[str, ConditionKind],
         problems.add(f"{where}: description must be non-empty text")
         ok = False
     try:
-        when = compile_condition(raw["when"], kinds, timeout=settings.regex_timeout)
+        when = compile_condition(raw["when"], kinds, timeout=settings.regex_timeout, regexes=regexes.make)
     except ValueError as e:
         problems.add(f"{where}: {e}")
         ok = False

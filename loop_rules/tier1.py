@@ -21,7 +21,6 @@ from typing import Any
 import regex
 
 from loop_core import Match, MatchContext, Matcher, RulePack, Tier, Trace, hookimpl
-from loop_core.fastregex import GuardedRegex
 
 RULE_ID = "tier1-oom-fastpath"
 
@@ -42,11 +41,9 @@ class _Compiled:
     def __init__(self, pack: RulePack) -> None:
         s = pack.settings
         patterns = s.tier1_oom_signature or REFERENCE_SIGNATURE
-        self.signature = GuardedRegex(regex.compile("|".join(f"(?:{p})" for p in patterns), regex.IGNORECASE))
-        self.unless = (
-            GuardedRegex(regex.compile("|".join(f"(?:{p})" for p in s.tier1_oom_unless), regex.IGNORECASE))
-            if s.tier1_oom_unless else None
-        )
+        self.signature = pack.regex("|".join(f"(?:{p})" for p in patterns), regex.IGNORECASE)
+        self.unless = (pack.regex("|".join(f"(?:{p})" for p in s.tier1_oom_unless), regex.IGNORECASE)
+                       if s.tier1_oom_unless else None)
         self.surface = s.tier1_oom_surface
         self.timeout = s.regex_timeout
 

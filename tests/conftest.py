@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,13 @@ from loop_core.testing import make_bundle, write_bundle
 ROOT = Path(__file__).resolve().parent.parent
 RULES_D = ROOT / "rules.d"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Pack caches of this run go to a directory of their own, never the user's
+    # ~/.cache (set in the environment, so CLI subprocesses see it too).
+    if "LOOP_RULES_CACHE_DIR" not in os.environ:
+        os.environ["LOOP_RULES_CACHE_DIR"] = tempfile.mkdtemp(prefix="loop-rules-test-cache-")
 
 
 @pytest.fixture

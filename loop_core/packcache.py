@@ -1,0 +1,107 @@
+"""A cache of each pack's regex analysis, so a start does not redo it.
+
+Loading a pack compiles every regex (the ``regex`` module's parser is pure
+Python) and works out each one's literals and reach. Both depend only on
+the pack's files and on this code, so after a load the results are written
+to ``<cache dir>/packs/<key>.json``, the key hashing the pack's content, the
+Python, ``regex`` and loop-rules versions, and the source of the modules
+that analyse and compile patterns. The next load of the same pack restores
+the analysis and compiles each pattern only when a bundle first needs it
+(it compiled without error when the entry was written).
+
+The cache directory is ``$LOOP_RULES_CACHE_DIR``, else
+``$XDG_CACHE_HOME/loop-rules``, else ``~/.cache/loop-rules``;
+``LOOP_RULES_CACHE=off`` turns the cache off. A file that is missing,
+unreadable, damaged or written by other code is ignored (and replaced);
+a directory that cannot be written to only costs the speed-up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .__version__ import __version__
+from .fastregex import RegexCache
+
+__all__ = ["cache_dir", "load", "save"]
+
+FORMAT = 1
+_CODE_KEY: str | None = None
+
+
+def cache_dir() -> Path | None:
+    """Where pack caches live, or None when the cache is off."""
+    if os.environ.get("LOOP_RULES_CACHE", "").lower() in ("off", "0", "no", "false"):
+        return None
+    explicit = os.environ.get("LOOP_RULES_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "loop-rules"
+
+
+def _code_key() -> str | None:
+    """A hash of the code whose output is cached (None when its source is not on disk)."""
+    global _CODE_KEY
+    if _CODE_KEY is None:
+        import regex
+
+        digest = hashlib.sha256(f"{FORMAT}\0{__version__}\0{platform.python_version()}\0"
+                                f"{getattr(regex, '__version__', '?')}\0".encode())
+        here = Path(__file__).parent
+        try:
+            for name in ("fastregex.py", "conditions.py", "packcache.py"):
+                digest.update((here / name).read_bytes())
+        except OSError:
+            return None
+        _CODE_KEY = digest.hexdigest()
+    return _CODE_KEY
+
+
+def _path(content_digest: str) -> Path | None:
+    root, code = cache_dir(), _code_key()
+    if root is None or code is None:
+        return None
+    key = hashlib.sha256(f"{code}\0{content_digest}".encode()).hexdigest()[:32]
+    return root / "packs" / f"{key}.json"
+
+
+def load(content_digest: str) -> RegexCache:
+    """The cache for a pack whose files hash to ``content_digest`` (empty if none)."""
+    path = _path(content_digest)
+    entries: dict[str, Any] = {}
+    if path is not None:
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(doc, dict) and doc.get("format") == FORMAT and isinstance(doc.get("regexes"), dict):
+                entries = doc["regexes"]
+        except (OSError, ValueError):
+            pass  # missing or damaged: analyse afresh
+    return RegexCache(entries)
+
+
+def save(cache: RegexCache, content_digest: str) -> Path | None:
+    """Write ``cache`` for the pack if it learnt anything; atomic, best effort."""
+    path = _path(content_digest)
+    if path is None or not cache.dirty:
+        return None
+    cache.dirty = False
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump({"format": FORMAT, "regexes": cache.entries}, fh)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        return None  # read-only or full: the next start analyses again
+    return path

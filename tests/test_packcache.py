@@ -1,0 +1,129 @@
+"""The pack cache: a second start restores the regex analysis instead of redoing it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import regex
+
+from loop_core import Engine, make_plugin_manager
+from loop_core.evaluate import case_bundle, load_cases
+
+from .conftest import RULES_D
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "cache"
+    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(root))
+    monkeypatch.delenv("LOOP_RULES_CACHE", raising=False)
+    return root
+
+
+@pytest.fixture
+def pack(tmp_path: Path) -> Path:
+    return Path(shutil.copytree(RULES_D, tmp_path / "rules.d"))
+
+
+def _build(pack: Path) -> Engine:
+    return Engine.build(pack, make_plugin_manager(entry_points=False))
+
+
+def _verdicts(engine: Engine) -> list[tuple[str, str | None]]:
+    out = []
+    for case in load_cases(HERE / "corpus"):
+        v = engine.classify(case_bundle(case))
+        out.append((v.failure_class.value, v.matched_rule))
+    return out
+
+
+def _compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    seen: list[str] = []
+    real = regex.compile
+
+    def counting(pattern, flags=0, *args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(pattern)
+        return real(pattern, flags, *args, **kwargs)
+
+    monkeypatch.setattr(regex, "compile", counting)
+    return seen
+
+
+def test_a_second_start_compiles_nothing_up_front_and_decides_the_same(
+        cache: Path, pack: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cold = _build(pack)
+    (written,) = (cache / "packs").glob("*.json")
+    compiles = _compiles(monkeypatch)
+    warm = _build(pack)
+    assert compiles == []  # every pattern restored, to be compiled when first searched
+    assert _verdicts(warm) == _verdicts(cold)
+    assert list((cache / "packs").glob("*.json")) == [written]
+
+
+@pytest.mark.parametrize("damage", [
+    "not json at all",
+    json.dumps({"format": 1, "regexes": {"0:x": {"literals": 7}}}),
+    json.dumps({"format": 99, "regexes": {}}),
+    json.dumps([1, 2, 3]),
+])
+def test_a_damaged_cache_is_ignored_and_replaced(cache: Path, pack: Path, damage: str) -> None:
+    expected = _verdicts(_build(pack))
+    (path,) = (cache / "packs").glob("*.json")
+    path.write_text(damage, encoding="utf-8")
+    assert _verdicts(_build(pack)) == expected
+    assert json.loads(path.read_text(encoding="utf-8"))["format"] == 1
+
+
+def test_a_damaged_entry_is_analysed_again(cache: Path, pack: Path) -> None:
+    expected = _verdicts(_build(pack))
+    (path,) = (cache / "packs").glob("*.json")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    for entry in doc["regexes"].values():
+        entry["anchors"] = "broken"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    assert _verdicts(_build(pack)) == expected
+
+
+def test_an_edited_pack_gets_a_cache_of_its_own(cache: Path, pack: Path) -> None:
+    _build(pack)
+    (pack / "05-new.yml").write_text(
+        "rules:\n  - id: brand-new\n    class: kernel-unsupported\n    description: d\n"
+        "    when: {select: $.signal.all_text, regex: '(?i)frobnicator kernel missing'}\n"
+        "    examples: {match: ['Frobnicator kernel missing'], no_match: ['frobnicator ok']}\n", encoding="utf-8")
+    engine = _build(pack)
+    assert len(list((cache / "packs").glob("*.json"))) == 2
+    assert engine.classify(case_bundle(load_cases(HERE / "corpus")[0])) is not None
+    from loop_core.testing import make_bundle
+
+    assert engine.classify(make_bundle("RuntimeError: Frobnicator kernel missing")).matched_rule == "brand-new"
+
+
+def test_an_invalid_pack_writes_no_cache(cache: Path, pack: Path) -> None:
+    from loop_core import RuleError
+
+    (pack / "05-bad.yml").write_text(
+        "rules:\n  - id: bad\n    class: unknown\n    description: d\n"
+        "    when: {select: $.signal.all_text, regex: '(unclosed'}\n"
+        "    examples: {match: [x], no_match: [y]}\n", encoding="utf-8")
+    with pytest.raises(RuleError, match="invalid regex"):
+        _build(pack)
+    assert not (cache / "packs").exists()
+
+
+def test_the_cache_can_be_turned_off(cache: Path, pack: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOP_RULES_CACHE", "off")
+    _build(pack)
+    assert not cache.exists()
+
+
+def test_an_unwritable_cache_directory_only_costs_speed(tmp_path: Path, pack: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(blocker / "cache"))
+    assert _verdicts(_build(pack))  # loads and classifies; nothing written
