@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -87,6 +88,30 @@ def _outcome(path: Path, engine: Engine, limits: ReadLimits | None = None) -> Ou
 
 def _row(path: str, engine: Engine) -> dict[str, Any]:
     return verdict_row(_outcome(Path(path), engine))
+
+
+def _jsonl(path: str, engine: Engine) -> tuple[bool, str]:
+    row = _row(path, engine)
+    return row["reader_error"] is not None, json.dumps(row, ensure_ascii=False)
+
+
+def _json_element(path: str, engine: Engine) -> tuple[bool, str]:
+    row = _row(path, engine)
+    return row["reader_error"] is not None, json.dumps(row, indent=2, ensure_ascii=False)
+
+
+def classify_text(paths: Iterable[str | os.PathLike[str]], engine: Engine, *, indent: bool = False,
+                  jobs: int = 1, rules: str | None = None) -> Iterator[tuple[bool, str]]:
+    """``(unreadable, JSON text)`` of every :func:`verdict_row`, in discovery order.
+
+    Like :func:`classify_rows`, but the JSON is written where the bundle was
+    classified: with ``jobs > 1`` the workers do it, and only text travels
+    back. ``indent`` gives ``json.dumps(row, indent=2)``, else one line.
+    """
+    from .parallel import engine_map
+
+    found = (os.fspath(path) for path in discover_bundles(paths))
+    return engine_map(_json_element if indent else _jsonl, found, engine, jobs=jobs, rules=rules)
 
 
 def classify_rows(paths: Iterable[str | os.PathLike[str]], engine: Engine, *, jobs: int = 1,

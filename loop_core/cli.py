@@ -118,39 +118,51 @@ def classify(paths: tuple[Path, ...], rules: str, catalog: Path | None, fmt: str
         loop-rules classify --format jsonl --rules reference captures/ > verdicts.jsonl
         loop-rules classify --jobs 4 --format jsonl captures/ > verdicts.jsonl
     """
-    from .batch import classify_rows
+    from .batch import classify_rows, classify_text
 
     engine = _engine(rules)
-    rows = classify_rows(paths, engine, jobs=jobs, rules=rules)
-    bad = _emit_rows(rows, fmt, _classify_table)
+    if fmt == "table":
+        bad = _classify_table(classify_rows(paths, engine, jobs=jobs, rules=rules))
+    else:
+        bad = _emit_texts(classify_text(paths, engine, indent=fmt == "json", jobs=jobs, rules=rules), fmt)
     if bad:
         sys.exit(1)
 
 
 def _emit_rows(rows: Iterable[dict[str, Any]], fmt: str,
                table: Callable[[Iterable[dict[str, Any]]], int]) -> int:
-    """Print rows as jsonl, one json array, or a table; return how many had reader errors.
-
-    Every format streams: a row is printed when it arrives, never collected.
-    The json array is written element by element, byte for byte what
-    ``json.dumps(rows, indent=2, ensure_ascii=False)`` gives.
-    """
+    """Print rows as jsonl, one json array, or a table; return how many had reader errors."""
     if fmt == "table":
         return table(rows)
+    indent = fmt == "json"
+    return _emit_texts(((row.get("reader_error") is not None,
+                         json.dumps(row, indent=2 if indent else None, ensure_ascii=False)) for row in rows), fmt)
+
+
+def _emit_texts(texts: Iterable[tuple[bool, str]], fmt: str) -> int:
+    """Print ``(unreadable, JSON text)`` rows as jsonl or one json array; return the unreadable count.
+
+    Both stream: a row is printed when it arrives, never collected. The json
+    array is written element by element, byte for byte what
+    ``json.dumps(rows, indent=2, ensure_ascii=False)`` gives.
+    """
+    out = click.get_text_stream("stdout")
     bad = 0
     if fmt == "jsonl":
-        for row in rows:
-            bad += row.get("reader_error") is not None
-            click.echo(json.dumps(row, ensure_ascii=False))
+        for unreadable, text in texts:
+            bad += unreadable
+            out.write(text + "\n")
+        out.flush()
         return bad
     opening = "[\n  "
-    for row in rows:
-        bad += row.get("reader_error") is not None
+    for unreadable, text in texts:
+        bad += unreadable
         # One level deeper inside the array: every line of the element two more spaces
         # (JSON strings hold no raw newline, so the only newlines are json's own).
-        click.echo(opening + json.dumps(row, indent=2, ensure_ascii=False).replace("\n", "\n  "), nl=False)
+        out.write(opening + text.replace("\n", "\n  "))
         opening = ",\n  "
-    click.echo("[]" if opening == "[\n  " else "\n]")
+    out.write("[]\n" if opening == "[\n  " else "\n]\n")
+    out.flush()
     return bad
 
 
