@@ -21,8 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
-import tempfile
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +51,7 @@ def _code_key() -> str | None:
     if _CODE_KEY is None:
         import regex
 
-        digest = hashlib.sha256(f"{FORMAT}\0{__version__}\0{platform.python_version()}\0"
+        digest = hashlib.sha256(f"{FORMAT}\0{__version__}\0{sys.version}\0"
                                 f"{getattr(regex, '__version__', '?')}\0".encode())
         here = Path(__file__).parent
         try:
@@ -92,6 +91,8 @@ def save(cache: RegexCache, content_digest: str) -> Path | None:
     if path is None or not cache.dirty:
         return None
     cache.dirty = False
+    import tempfile  # only when there is something to write
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
