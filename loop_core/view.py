@@ -138,17 +138,19 @@ def _final_error(bundle: Bundle) -> str:
     one, the last error-tag line; without that, the last non-blank line.
     """
     text = error_source(bundle)[1]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    tagged = None
-    for line in reversed(lines):
+    tagged = last = None
+    for raw in reversed(text.splitlines()):
+        line = raw.strip()
+        if not line:
+            continue
+        if last is None:
+            last = line
         kind = _error_kind(line)
         if kind == 2:
             return line
         if kind == 1 and tagged is None:
             tagged = line
-    if tagged is not None:
-        return tagged
-    return lines[-1] if lines else ""
+    return tagged if tagged is not None else last or ""
 
 
 def _boot_ok(bundle: Bundle) -> bool | None:
