@@ -591,9 +591,16 @@ def tracker(ctx: Context) -> list[Row]:
 
 
 @scenario("jobs", "--jobs 1 vs --jobs 2, runs alternating: `loop-rules classify --format jsonl` "
-                  "and `loop-rules run --dry-run` in a subprocess (wall-clock speed-up)")
+                  "and `loop-rules run --dry-run` in a subprocess (wall-clock speed-up), over the "
+                  "corpus and over the smaller `rss` size, where start-up weighs less")
 def jobs(ctx: Context) -> list[Row]:
-    corpus = ctx.corpus()
+    rows = []
+    for n in sorted({ctx.n, max(ctx.n, ctx.rss_sizes[0])}):
+        rows += _jobs(ctx, ctx.corpus(n), "" if n == ctx.n else f" ({n:,} bundles)")
+    return rows
+
+
+def _jobs(ctx: Context, corpus: Corpus, suffix: str) -> list[Row]:
     rel = os.path.relpath(corpus.root, REPO)
     rows = []
     outputs: dict[int, bytes] = {}
@@ -614,7 +621,7 @@ def jobs(ctx: Context) -> list[Row]:
         for j in (1, 2):
             t = timings[j]
             note = (f"{speedup:.2f}x the speed of --jobs 1 (same output); " if j == 2 else "") + t.describe()
-            rows.append(Row(f"{label} --jobs {j}", corpus.n, t.seconds, note,
+            rows.append(Row(f"{label} --jobs {j}{suffix}", corpus.n, t.seconds, note,
                             {**t.extra(), **({"speedup": speedup} if j == 2 else {})}))
     return rows
 
