@@ -463,6 +463,15 @@ class TextIndex:
         at = self._first.get(literal)
         return (self.probe(literal, anchor) if at is None else at) >= 0
 
+    def holds_any(self, pairs: Iterable[tuple[str, str | None]]) -> bool:
+        """Whether one of the ``(literal, anchor)`` pairs holds (as :meth:`holds`)."""
+        first, probe = self._first, self.probe  # known literals cost a dict lookup, not a call
+        for literal, anchor in pairs:
+            at = first.get(literal)
+            if (probe(literal, anchor) if at is None else at) >= 0:
+                return True
+        return False
+
     def probe(self, literal: str, anchor: str | None) -> int:
         """Where ``literal`` first occurs in ``low`` (-1: nowhere), looked up and remembered."""
         if anchor is not None and self.long and anchor not in (self._words or self.words()):

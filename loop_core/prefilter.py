@@ -124,8 +124,6 @@ def _may_hold(view: View, groups: tuple[tuple[Selector, tuple[tuple[str, str | N
         index = view.index(value)
         if not index.exact:
             return True
-        holds = index.holds
-        for literal, anchor in pairs:
-            if holds(literal, anchor):
-                return True
+        if index.holds_any(pairs):
+            return True
     return False
