@@ -146,7 +146,7 @@ def _emit_texts(texts: Iterable[tuple[bool, str]], fmt: str) -> int:
     array is written element by element, byte for byte what
     ``json.dumps(rows, indent=2, ensure_ascii=False)`` gives.
     """
-    out = click.get_text_stream("stdout")
+    out = sys.stdout
     bad = 0
     if fmt == "jsonl":
         for unreadable, text in texts:
