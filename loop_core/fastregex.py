@@ -506,12 +506,14 @@ class GuardedRegex:
     so results do not depend on when it happened.
     """
 
-    __slots__ = ("_compiled", "pattern", "flags", "_literals", "_anchors", "_reach", "_branches", "_analysed")
+    __slots__ = ("_compiled", "pattern", "flags", "_literals", "_anchors", "_reach", "_branches", "_plan",
+                 "_analysed")
 
     def __init__(self, compiled: Any) -> None:
         self._compiled = compiled
         self.pattern: str = compiled.pattern
         self.flags: int = compiled.flags
+        self._plan: tuple[tuple[int, ...], tuple[tuple[str, str | None, tuple[int, ...]], ...]] | None = None
         self._analysed = False
 
     @classmethod
@@ -520,6 +522,7 @@ class GuardedRegex:
         compiled whole, most of which are never searched (their literals are absent)."""
         self = cls.__new__(cls)
         self._compiled, self.pattern, self.flags, self._analysed = None, pattern, flags, False
+        self._plan = None
         return self
 
     @property
@@ -621,14 +624,40 @@ class GuardedRegex:
         if not self._branches:
             return self.search(text, timeout=timeout, index=index) is not None
         idx = index if index is not None else TextIndex(text)
+        branches = self._branches
+        if idx.exact:
+            # Only the alternatives one of whose literals occurs (or that have none) can match.
+            always, by_literal = self._plan if self._plan is not None else self._make_plan()
+            first, probe = idx._first, idx.probe
+            found = set(always)
+            for literal, anchor, positions in by_literal:
+                at = first.get(literal)
+                if (probe(literal, anchor) if at is None else at) >= 0:
+                    found.update(positions)
+            order: Iterable[int] = sorted(found)
+        else:
+            order = range(len(branches))
         deadline = None if timeout is None else time.monotonic() + timeout
-        for branch in self._branches:
+        for pos in order:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError(f"regex {self.pattern!r} timed out")
-            if branch.search(text, timeout=left, index=idx) is not None:
+            if branches[pos].search(text, timeout=left, index=idx) is not None:
                 return True
         return False
+
+    def _make_plan(self) -> tuple[tuple[int, ...], tuple[tuple[str, str | None, tuple[int, ...]], ...]]:
+        """The alternatives without literals, and each literal's alternatives."""
+        always: list[int] = []
+        by_literal: dict[tuple[str, str | None], list[int]] = {}
+        for pos, branch in enumerate(self._branches):
+            if branch.literals is None:
+                always.append(pos)
+            else:
+                for literal, anchor in zip(branch.literals, branch.anchors):
+                    by_literal.setdefault((literal, anchor), []).append(pos)
+        self._plan = (tuple(always), tuple((lit, anchor, tuple(p)) for (lit, anchor), p in by_literal.items()))
+        return self._plan
 
     def _analysis(self) -> tuple[tuple[str, ...] | None, tuple[str | None, ...], int | None]:
         if _unparsed_syntax(self.pattern):
