@@ -23,11 +23,11 @@ from typing import Any
 
 import yaml
 
+from . import packcache
 from .conditions import DEFAULT_REGEX_TIMEOUT, Condition, ConditionKind, Trace, compile_condition
 from .errors import RuleError
 from .fastregex import GuardedRegex, RegexCache
 from .prefilter import RuleIndex
-from . import packcache
 from .verdict import FailureClass
 from .view import View
 
