@@ -302,6 +302,10 @@ class Select(Condition):
             return None if literals is None else Need.of(self.selector, literals)
         if self.op == "contains" and len(steps) == 2 and steps[0] == "signal" and steps[1] in TEXT_SIGNALS:
             mode, lits = self.operand
+            if not self.ignore_case and not all(lit.isascii() for lit in lits):
+                # The index looks in the lower-cased text, and lower() of a non-ASCII
+                # literal can differ inside a text (final sigma): no shortcut then.
+                return None
             lowered = [lit.lower() for lit in lits]
             return Need.of(self.selector, lowered if mode == "any" else [max(lowered, key=len)])
         return None

@@ -130,3 +130,17 @@ def test_needs_of_conditions(tmp_path: Path) -> None:
     assert needs is not None and {n.literal for n in needs} == {"errno w0003_widget (code 7)", "errno w0003_widget"}
     assert all(isinstance(n, Need) for n in needs)
     assert rules["r0002"].when.needs() is not None  # "^tag$": the tag itself is required
+
+
+def test_a_case_sensitive_non_ascii_phrase_is_never_skipped(tmp_path: Path) -> None:
+    # "ΑΣ".lower() ends in a final sigma: the lower-cased "Σ" (σ) is not in the lower-cased text.
+    pack = tmp_path / "greek"
+    pack.mkdir()
+    (pack / "10-greek.yml").write_text(
+        "rules:\n  - id: sigma\n    class: unknown\n    description: d\n"
+        "    when: {select: $.signal.all_text, contains: ['Σ']}\n"
+        "    examples: {match: ['Σ'], no_match: [x]}\n", encoding="utf-8")
+    engine = Engine.build(pack, make_plugin_manager(entry_points=False))
+    bundle = make_bundle(("x " * 1500) + "ΑΣ")
+    assert _plain_walk(engine, View(bundle)) == "sigma"
+    assert _indexed_walk(engine, View(bundle)) == "sigma"
