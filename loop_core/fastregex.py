@@ -500,10 +500,12 @@ class GuardedRegex:
     """A compiled ``regex`` pattern whose searches skip text that cannot match.
 
     The pattern is analysed on first use (first search or first look at
-    ``literals``, ``anchors``, ``line_local`` or ``reach``), not when it is
-    wrapped: a command that loads a pack and classifies one bundle does not
-    pay for the rules it never reaches. Every search runs after the analysis,
-    so results do not depend on when it happened.
+    ``literals``, ``anchors``, ``line_local``, ``reach`` or ``branches``),
+    not when it is wrapped. A pack load looks at every rule's literals for
+    its index, so it pays for the analysis, unless :class:`RegexCache`
+    restores it from an earlier load (and then the pattern is compiled on
+    its first search too). Every search runs after the analysis, so results
+    do not depend on when it happened.
     """
 
     __slots__ = ("_compiled", "pattern", "flags", "_literals", "_anchors", "_reach", "_branches", "_plan",
