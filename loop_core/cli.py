@@ -594,10 +594,13 @@ def _tracker(name: str, captures: Path, repo: str | None) -> Any:
 @click.option("--dry-run", is_flag=True, help="Classify and count, but file and queue nothing.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
               help="Worker processes for reading and classifying (filing stays in one process).")
+@click.option("--batch", type=click.IntRange(min=1), default=256, show_default=True,
+              help="Failures filed per tracker transaction, and unknowns per review-queue write; a "
+                   "batch also goes out after 0.25 s. 1 writes each one at once.")
 @format_option("table", "json")
 @_guard
 def run(captures: Path, tracker_name: str, repo: str | None, rules: str, catalog: Path | None,
-        dry_run: bool, jobs: int, fmt: str) -> None:
+        dry_run: bool, jobs: int, batch: int, fmt: str) -> None:
     """The main job: classify every bundle under CAPTURES and file the failures.
 
     Fileable failures become one deduplicated issue each (a +1 on repeats,
@@ -630,7 +633,7 @@ def run(captures: Path, tracker_name: str, repo: str | None, rules: str, catalog
             bar.update(1)
     try:
         summary = run_captures(captures, engine, tracker, catalog=cat, dry_run=dry_run, jobs=jobs,
-                               rules=rules, progress=progress)
+                               rules=rules, progress=progress, batch=batch)
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)

@@ -18,8 +18,9 @@ A run streams: bundles are discovered, processed and routed one at a time
 chunks in flight per worker). Fileable failures reach a tracker that offers
 ``file_many`` in batches of up to :data:`~loop_core.trackers.BATCH` (one
 SQLite transaction each; a batch goes out when full, after
-:data:`FLUSH_SECONDS`, and at the end); each unknown is queued for review at
-once. Success anchors are indexed as they come and kept for the trust pass, beyond
+:data:`FLUSH_SECONDS`, and at the end); unknowns go to the review queue in
+batches on the same schedule (each failure's file written once per batch).
+Success anchors are indexed as they come and kept for the trust pass, beyond
 the first :data:`ANCHORS_IN_MEMORY` in an unnamed temporary file. Memory
 stays flat however many bundles the folder holds (the consensus index, a
 few hundred bytes per anchor, aside).
@@ -223,8 +224,7 @@ def run_captures(
         listed = list(found)
         total = len(listed)
         found = iter(listed)
-    review = ReviewQueue(captures)
-    filer = _Filer(None if dry_run else tracker, summary, batch)
+    filer = _Filer(None if dry_run else tracker, summary, batch, ReviewQueue(captures))
     index = ConsensusIndex()
     anchors = _Anchors()
     try:
@@ -234,7 +234,7 @@ def run_captures(
                 summary.reader_errors += 1
                 summary.errors.append({"bundle": str(item.path), "message": item.error})
             else:
-                _route(item, summary, filer, review, dry_run)
+                _route(item, summary, filer, dry_run)
                 if item.anchor is not None:
                     index.add(item.anchor)
                     anchors.add(item.anchor)
@@ -252,20 +252,24 @@ def run_captures(
 
 
 class _Filer:
-    """Hands fileable failures to the tracker: in batches when it has ``file_many``, else one by one.
+    """Hands fileable failures to the tracker (in batches when it has ``file_many``,
+    else one by one) and unknowns to the review queue (in batches).
 
-    A batch goes out when it holds ``batch`` failures or its oldest has waited
+    A batch goes out when it holds ``batch`` items or its oldest has waited
     :data:`FLUSH_SECONDS`, and at the end of the run, so a kill loses at most
     the batch in progress (which the rerun files) and a concurrent reader sees
     the run's progress.
     """
 
-    def __init__(self, tracker: Tracker | None, summary: RunSummary, batch: int) -> None:
+    def __init__(self, tracker: Tracker | None, summary: RunSummary, batch: int,
+                 review: ReviewQueue | None = None) -> None:
         self.tracker = tracker
         self.summary = summary
         self.batch = max(1, batch)
         self.many = getattr(tracker, "file_many", None) if self.batch > 1 else None
+        self.review = review
         self.pending: list[tuple[IssueDraft, Occurrence]] = []
+        self.reviews: list[tuple[dict[str, Any], Occurrence]] = []
         self.since = 0.0
 
     def file(self, draft: IssueDraft, occurrence: Occurrence) -> None:
@@ -273,18 +277,35 @@ class _Filer:
         if self.many is None:
             self._count(self.tracker.file(draft, occurrence))
             return
-        if not self.pending:
-            self.since = time.monotonic()
+        self._start()
         self.pending.append((draft, occurrence))
         if len(self.pending) >= self.batch:
             self.flush()
 
+    def queue_review(self, payload: dict[str, Any], occurrence: Occurrence) -> None:
+        self._start()
+        self.reviews.append((payload, occurrence))
+        if len(self.reviews) >= self.batch:
+            self.flush()
+
+    def _start(self) -> None:
+        if not self.pending and not self.reviews:
+            self.since = time.monotonic()
+
     def tick(self) -> None:
         """Flush a batch that has waited long enough (called after every bundle)."""
-        if self.pending and time.monotonic() - self.since >= FLUSH_SECONDS:
+        if (self.pending or self.reviews) and time.monotonic() - self.since >= FLUSH_SECONDS:
             self.flush()
 
     def flush(self) -> None:
+        if self.reviews:
+            assert self.review is not None
+            reviews, self.reviews = self.reviews, []
+            for added, _path in self.review.add_many(reviews):
+                if added:
+                    self.summary.review_queued += 1
+                else:
+                    self.summary.already_counted += 1
         if not self.pending:
             return
         assert self.many is not None
@@ -304,8 +325,7 @@ class _Filer:
             summary.spooled += 1
 
 
-def _route(item: Processed, summary: RunSummary, filer: _Filer, review: ReviewQueue,
-           dry_run: bool) -> None:
+def _route(item: Processed, summary: RunSummary, filer: _Filer, dry_run: bool) -> None:
     verdict = item.verdict
     assert verdict is not None
     if not item.failure:
@@ -317,13 +337,8 @@ def _route(item: Processed, summary: RunSummary, filer: _Filer, review: ReviewQu
         return
     assert item.occurrence is not None
     if item.review is not None:
-        if dry_run:
-            return
-        added, _path = review.add(item.review, item.occurrence)
-        if added:
-            summary.review_queued += 1
-        else:
-            summary.already_counted += 1
+        if not dry_run:
+            filer.queue_review(item.review, item.occurrence)
         return
     assert item.draft is not None
     if dry_run or filer.tracker is None:

@@ -112,12 +112,13 @@ class TrackerSpec:
 # -- files ----------------------------------------------------------------
 
 
-def atomic_write_json(path: Path, payload: Any) -> None:
+def atomic_write_json(path: Path, payload: Any, *, sync_directory: bool = True) -> None:
     """Write JSON so readers see the old file or the new one, never a torn one.
 
-    Temp file in the same directory, fsync, rename, fsync of the directory.
-    Inside a spool or review folder, call it under :func:`locked` on that
-    folder: :func:`clean_stale_temp_files` relies on it.
+    Temp file in the same directory, fsync, rename, fsync of the directory
+    (left to the caller with ``sync_directory=False``, to sync once after
+    several files). Inside a spool or review folder, call it under
+    :func:`locked` on that folder: :func:`clean_stale_temp_files` relies on it.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -131,8 +132,14 @@ def atomic_write_json(path: Path, payload: Any) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    if sync_directory:
+        fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make the renames inside ``directory`` durable (best effort where unsupported)."""
     with contextlib.suppress(OSError):
-        dfd = os.open(path.parent, os.O_RDONLY)
+        dfd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(dfd)
         finally:
@@ -272,15 +279,34 @@ class ReviewQueue:
 
     def add(self, payload: dict[str, Any], occurrence: Occurrence) -> tuple[bool, Path]:
         """Queue one occurrence; False when it was already queued."""
-        path = self.directory / f"{payload['dedup_hash']}.json"
+        ((added, path),) = self.add_many([(payload, occurrence)])
+        return added, path
+
+    def add_many(self, items: Sequence[tuple[dict[str, Any], Occurrence]]) -> list[tuple[bool, Path]]:
+        """Queue several occurrences, each as :meth:`add` would, under one lock:
+        a failure's file is read and written once however many of its
+        occurrences come, and the folder is synced once."""
+        out: list[tuple[bool, Path]] = []
+        docs: dict[Path, dict[str, Any]] = {}
+        changed: dict[Path, None] = {}  # in first-change order
         with locked(self.directory):
-            current = _read_json(path) or dict(payload)
-            occurrences = current.setdefault("occurrences", [])
-            if any(o.get("submission") == occurrence.submission for o in occurrences if isinstance(o, dict)):
-                return False, path
-            occurrences.append(occurrence.to_dict())
-            atomic_write_json(path, current)
-        return True, path
+            for payload, occurrence in items:
+                path = self.directory / f"{payload['dedup_hash']}.json"
+                current = docs.get(path)
+                if current is None:
+                    current = docs[path] = _read_json(path) or dict(payload)
+                occurrences = current.setdefault("occurrences", [])
+                if any(o.get("submission") == occurrence.submission for o in occurrences if isinstance(o, dict)):
+                    out.append((False, path))
+                    continue
+                occurrences.append(occurrence.to_dict())
+                changed[path] = None
+                out.append((True, path))
+            for path in changed:
+                atomic_write_json(path, docs[path], sync_directory=False)
+            if changed:
+                fsync_directory(self.directory)
+        return out
 
     def items(self) -> list[dict[str, Any]]:
         out = []

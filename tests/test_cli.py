@@ -145,3 +145,11 @@ def test_the_json_array_is_streamed_byte_for_byte(capsys) -> None:  # type: igno
     for given in (rows, rows[:1], []):
         assert _emit_rows(iter(given), "json", _classify_table) == sum(r["reader_error"] is not None for r in given)
         assert capsys.readouterr().out == json.dumps(given, indent=2, ensure_ascii=False) + "\n"
+
+
+def test_run_batch_default_is_the_trackers_batch() -> None:
+    from loop_core.cli import run
+    from loop_core.trackers import BATCH
+
+    (option,) = [p for p in run.params if p.name == "batch"]
+    assert option.default == BATCH

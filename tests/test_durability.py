@@ -388,6 +388,11 @@ def test_sigkill_at_random_moments_then_rerun_counts_everything_once(tmp_path: P
     captures = tmp_path / "captures"
     write_specs(captures, specs)
 
+    # Small batches spread the writes over the run, so random kill moments land
+    # between them (with the default batch a 300-bundle run writes in one go at the end).
+    def argv(where: Path) -> list[str]:
+        return cli_run(where, "--batch", "4")
+
     # A full run, measured twice (on a copy, so the kills below start from scratch).
     probe = tmp_path / "probe"
     write_specs(probe, specs)
@@ -395,7 +400,7 @@ def test_sigkill_at_random_moments_then_rerun_counts_everything_once(tmp_path: P
     for _ in range(2):
         _wipe(probe)
         started = time.monotonic()
-        done = subprocess.run(cli_run(probe), check=False, capture_output=True, text=True, env=env(),
+        done = subprocess.run(argv(probe), check=False, capture_output=True, text=True, env=env(),
                               cwd=tmp_path)
         durations.append(time.monotonic() - started)
         assert done.returncode == 0, done.stderr
@@ -421,7 +426,7 @@ def test_sigkill_at_random_moments_then_rerun_counts_everything_once(tmp_path: P
             write_specs(captures, new)
             specs = specs + new
         before = _progress(captures)
-        code = _kill_at(cli_run(captures), delays[kill], tmp_path)
+        code = _kill_at(argv(captures), delays[kill], tmp_path)
         after = _progress(captures)
         total = len(specs)
         outcomes["finished" if code == 0 else "killed before any write" if after == before

@@ -186,3 +186,24 @@ def test_file_many_rolls_back_the_failing_batch_only(tmp_path: Path, engine: Eng
     finally:
         db.close()
         reference.close()
+
+
+def test_review_queue_add_many_writes_each_failure_once_and_counts_each_submission_once(tmp_path: Path) -> None:
+    from loop_core.dedup import Occurrence
+    from loop_core.trackers import ReviewQueue
+
+    queue = ReviewQueue(tmp_path)
+    a = {"dedup_hash": "a" * 64, "reason": "no rule matched"}
+    b = {"dedup_hash": "b" * 64, "reason": "no rule matched"}
+
+    def occ(submission: str) -> Occurrence:
+        return Occurrence(submission, "20261130T000000Z", "abc1234", f"captures/{submission}")
+
+    results = queue.add_many([(a, occ("s1")), (b, occ("s2")), (a, occ("s3")), (a, occ("s1"))])
+    assert [added for added, _ in results] == [True, True, True, False]  # s1 twice in one batch: once
+    assert queue.add(a, occ("s3"))[0] is False  # already queued by the batch
+    assert queue.add(b, occ("s4"))[0] is True
+    items = {item["dedup_hash"]: item for item in queue.items()}
+    assert [o["submission"] for o in items["a" * 64]["occurrences"]] == ["s1", "s3"]
+    assert [o["submission"] for o in items["b" * 64]["occurrences"]] == ["s2", "s4"]
+    assert not [p for p in (tmp_path / "_review-queue").iterdir() if p.name.endswith(".tmp")]
