@@ -32,6 +32,9 @@ __all__ = ["RuleIndex"]
 
 AFFIX_RULES = 64  # fewer rules keyed by word starts and ends are checked one by one instead
 
+# A checked rule's needs, per selector: ((selector, ((literal, anchor word), ...)), ...)
+_Groups = tuple[tuple[Selector, tuple[tuple[str, str | None], ...]], ...]
+
 
 @dataclass(slots=True)
 class _ByWord:
@@ -54,7 +57,7 @@ class RuleIndex:
         """``needs[i]`` are the needs of rule ``i`` (None or empty: always evaluated)."""
         self.size = len(needs)
         self._always: list[int] = []
-        self._checked: dict[int, tuple[tuple[Selector, tuple[tuple[str, str | None], ...]], ...]] = {}
+        self._checked: dict[int, _Groups] = {}
         by_word: dict[str, _ByWord] = {}
         # A text's word starts and ends cost a pass over its words: worth it for many rules only.
         few_affixes = sum(1 for ns in needs if ns and any(n.anchor is None and n.affix for n in ns)) < AFFIX_RULES
@@ -107,14 +110,14 @@ class RuleIndex:
                 yield pos
 
 
-def _by_selector(needs: tuple[Need, ...]) -> tuple[tuple[Selector, tuple[tuple[str, str | None], ...]], ...]:
+def _by_selector(needs: tuple[Need, ...]) -> _Groups:
     groups: dict[str, tuple[Selector, list[tuple[str, str | None]]]] = {}
     for need in needs:
         groups.setdefault(need.selector.text, (need.selector, []))[1].append((need.literal, need.anchor))
     return tuple((selector, tuple(pairs)) for selector, pairs in groups.values())
 
 
-def _may_hold(view: View, groups: tuple[tuple[Selector, tuple[tuple[str, str | None], ...]], ...]) -> bool:
+def _may_hold(view: View, groups: _Groups) -> bool:
     """Whether one of the needs may hold: its literal occurs in the text it is about."""
     for selector, pairs in groups:
         values = selector.values(view)
