@@ -311,6 +311,29 @@ def split_alternatives(pattern: str, flags: int = 0) -> list[str] | None:
     return pieces if len(pieces) > 1 and all(pieces) else None
 
 
+def _analysis_of(parsed: Any) -> tuple[tuple[str, ...] | None, tuple[str | None, ...], int | None]:
+    """``(literals, anchors, reach)`` of a parsed pattern (None: unknown, search in full)."""
+    if parsed is None:
+        return None, (), None
+    lits = _required(parsed)
+    if lits is None:
+        return None, (), None
+    literals = tuple(sorted(lits, key=len, reverse=True))
+    return literals, tuple(anchor_word(lit) for lit in literals), _reach(parsed)
+
+
+def _alternatives(parsed: Any, count: int) -> list[Any] | None:
+    """The parse trees of the ``count`` top-level alternatives, when the parse kept
+    them as they were written (it may factor out a shared prefix or turn ``a|b``
+    into a set; then None)."""
+    if parsed is None or count < 2:
+        return None
+    items = _seq(parsed)
+    if len(items) != 1 or items[0][0] is not C.BRANCH or len(items[0][1][1]) != count:
+        return None
+    return list(items[0][1][1])
+
+
 def _parse_all(pieces: list[str]) -> bool:
     """Every piece stands alone as a pattern (checked with the standard parser, as
     the analysis is; a piece it rejects keeps the pattern whole)."""
@@ -509,22 +532,24 @@ class GuardedRegex:
     """
 
     __slots__ = ("_compiled", "pattern", "flags", "_literals", "_anchors", "_reach", "_branches", "_plan",
-                 "_analysed")
+                 "_tree", "_analysed")
 
     def __init__(self, compiled: Any) -> None:
         self._compiled = compiled
         self.pattern: str = compiled.pattern
         self.flags: int = compiled.flags
         self._plan: tuple[tuple[int, ...], tuple[tuple[str, str | None, tuple[int, ...]], ...]] | None = None
+        self._tree: Any = None
         self._analysed = False
 
     @classmethod
-    def lazy(cls, pattern: str, flags: int) -> GuardedRegex:
+    def lazy(cls, pattern: str, flags: int, tree: Any = None) -> GuardedRegex:
         """One compiled on its first search: the alternatives of a pattern already
-        compiled whole, most of which are never searched (their literals are absent)."""
+        compiled whole, most of which are never searched (their literals are absent).
+        ``tree``, the standard parser's tree of the pattern, spares parsing it again."""
         self = cls.__new__(cls)
         self._compiled, self.pattern, self.flags, self._analysed = None, pattern, flags, False
-        self._plan = None
+        self._plan, self._tree = None, tree
         return self
 
     @property
@@ -609,10 +634,33 @@ class GuardedRegex:
         return self._reach
 
     def _analyse(self) -> None:
-        self._literals, self._anchors, self._reach = self._analysis()
+        parsed = self._parse()
+        self._literals, self._anchors, self._reach = _analysis_of(parsed)
         pieces = split_alternatives(self.pattern, self.flags) or []
-        self._branches = tuple(GuardedRegex.lazy(p, self.flags) for p in pieces) if _parse_all(pieces) else ()
+        trees = _alternatives(parsed, len(pieces))
+        if trees is not None:  # the parse already holds each alternative: no parse of its own
+            self._branches = tuple(GuardedRegex.lazy(p, self.flags, tree) for p, tree in zip(pieces, trees))
+        elif _parse_all(pieces):
+            self._branches = tuple(GuardedRegex.lazy(p, self.flags) for p in pieces)
+        else:
+            self._branches = ()
+        self._tree = None
         self._analysed = True
+
+    def _parse(self) -> Any:
+        """The standard parser's tree of the pattern, or None where it cannot be trusted."""
+        if self._tree is not None:
+            return self._tree
+        if _unparsed_syntax(self.pattern):
+            return None
+        flags = 0
+        for theirs, ours in _FLAG_MAP:
+            if self.flags & theirs:
+                flags |= ours
+        try:
+            return sre_parse.parse(self.pattern, flags)
+        except Exception:  # noqa: BLE001 - unknown syntax: always search in full
+            return None
 
     def test(self, text: str, *, timeout: float | None = None, index: TextIndex | None = None) -> bool:
         """``search(...) is not None``, often cheaper: a pattern ``A|B|C`` holds when
@@ -660,23 +708,6 @@ class GuardedRegex:
                     by_literal.setdefault((literal, anchor), []).append(pos)
         self._plan = (tuple(always), tuple((lit, anchor, tuple(p)) for (lit, anchor), p in by_literal.items()))
         return self._plan
-
-    def _analysis(self) -> tuple[tuple[str, ...] | None, tuple[str | None, ...], int | None]:
-        if _unparsed_syntax(self.pattern):
-            return None, (), None
-        flags = 0
-        for theirs, ours in _FLAG_MAP:
-            if self.flags & theirs:
-                flags |= ours
-        try:
-            parsed = sre_parse.parse(self.pattern, flags)
-        except Exception:  # noqa: BLE001 - unknown syntax: always search in full
-            return None, (), None
-        lits = _required(parsed)
-        if lits is None:
-            return None, (), None
-        literals = tuple(sorted(lits, key=len, reverse=True))
-        return literals, tuple(anchor_word(lit) for lit in literals), _reach(parsed)
 
     def search(self, text: str, *, timeout: float | None = None, index: TextIndex | None = None) -> Any:
         """Like ``compiled.search(text, timeout=...)``: the same match object or None.
@@ -760,8 +791,9 @@ class RegexCache:
     entries should be saved again.
     """
 
-    def __init__(self, entries: dict[str, Any] | None = None) -> None:
+    def __init__(self, entries: dict[str, Any] | None = None, *, keep: bool = True) -> None:
         self.entries: dict[str, Any] = dict(entries or {})
+        self.keep = keep  # False: nothing will be saved, so nothing is exported (analysis stays lazy)
         self.dirty = False
 
     def make(self, pattern: str, flags: int) -> GuardedRegex:
@@ -773,6 +805,7 @@ class RegexCache:
             except (ValueError, RecursionError):
                 pass  # a damaged entry: analyse again
         guarded = GuardedRegex(regex.compile(pattern, flags))
-        self.entries[key] = guarded.export()
-        self.dirty = True
+        if self.keep:
+            self.entries[key] = guarded.export()
+            self.dirty = True
         return guarded

@@ -74,14 +74,15 @@ def _path(content_digest: str) -> Path | None:
 def load(content_digest: str) -> RegexCache:
     """The cache for a pack whose files hash to ``content_digest`` (empty if none)."""
     path = _path(content_digest)
+    if path is None:
+        return RegexCache(keep=False)
     entries: dict[str, Any] = {}
-    if path is not None:
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(doc, dict) and doc.get("format") == FORMAT and isinstance(doc.get("regexes"), dict):
-                entries = doc["regexes"]
-        except (OSError, ValueError):
-            pass  # missing or damaged: analyse afresh
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(doc, dict) and doc.get("format") == FORMAT and isinstance(doc.get("regexes"), dict):
+            entries = doc["regexes"]
+    except (OSError, ValueError):
+        pass  # missing or damaged: analyse afresh
     return RegexCache(entries)
 
 
