@@ -484,18 +484,13 @@ class TextIndex:
         """Whether ``literal`` occurs in ``low``; ``anchor`` (a word the literal holds
         between two spaces) lets a long text rule it out with a set lookup."""
         at = self._first.get(literal)
-        return (self.probe(literal, anchor) if at is None else at) >= 0
+        return (self._probe(literal, anchor) if at is None else at) >= 0
 
     def holds_any(self, pairs: Iterable[tuple[str, str | None]]) -> bool:
         """Whether one of the ``(literal, anchor)`` pairs holds (as :meth:`holds`)."""
-        first, probe = self._first, self.probe  # known literals cost a dict lookup, not a call
-        for literal, anchor in pairs:
-            at = first.get(literal)
-            if (probe(literal, anchor) if at is None else at) >= 0:
-                return True
-        return False
+        return any(self.holds(literal, anchor) for literal, anchor in pairs)
 
-    def probe(self, literal: str, anchor: str | None) -> int:
+    def _probe(self, literal: str, anchor: str | None) -> int:
         """Where ``literal`` first occurs in ``low`` (-1: nowhere), looked up and remembered."""
         if anchor is not None and self.long and anchor not in (self._words or self.words()):
             at = -1
@@ -678,11 +673,9 @@ class GuardedRegex:
         if idx.exact:
             # Only the alternatives one of whose literals occurs (or that have none) can match.
             always, by_literal = self._plan if self._plan is not None else self._make_plan()
-            first, probe = idx._first, idx.probe
             found = set(always)
             for literal, anchor, positions in by_literal:
-                at = first.get(literal)
-                if (probe(literal, anchor) if at is None else at) >= 0:
+                if idx.holds(literal, anchor):
                     found.update(positions)
             order: Iterable[int] = sorted(found)
         else:
@@ -722,11 +715,7 @@ class GuardedRegex:
         idx = index if index is not None else TextIndex(text)
         if not idx.exact:
             return self.compiled.search(text, timeout=timeout)
-        first, probe, present = idx._first, idx.probe, []
-        for lit, anchor in zip(self._literals, self._anchors):
-            at = first.get(lit)
-            if (probe(lit, anchor) if at is None else at) >= 0:
-                present.append(lit)
+        present = [lit for lit, anchor in zip(self._literals, self._anchors) if idx.holds(lit, anchor)]
         if not present:
             return None
         if self._reach is None:
