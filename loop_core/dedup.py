@@ -183,12 +183,15 @@ def _shown_substring(bundle: Bundle, substring: str) -> str:
     shown = sanitize(substring)
     if len(substring) < SUBSTRING_LIMIT:
         return shown
-    # What follows the cut, as far as any token reaches; not the whole (maybe huge) text.
-    whole = normalize_text(error_source(bundle)[1], None)[: len(substring) + 256]
+    # What follows the cut, as far as any token reaches; not the whole (maybe huge) text,
+    # which normalize_text then reads only the start of.
+    whole = normalize_text(error_source(bundle)[1], len(substring) + 256)
     if not whole.startswith(substring):
         return shown
-    common = os.path.commonprefix([shown, sanitize(whole)])
-    return shown if common == shown else common + "\u2026"
+    scrubbed = sanitize(whole)
+    if scrubbed.startswith(shown):
+        return shown
+    return os.path.commonprefix([shown, scrubbed]) + "\u2026"
 
 
 def _published(value: Any) -> Any:
