@@ -207,3 +207,37 @@ def test_review_queue_add_many_writes_each_failure_once_and_counts_each_submissi
     assert [o["submission"] for o in items["a" * 64]["occurrences"]] == ["s1", "s3"]
     assert [o["submission"] for o in items["b" * 64]["occurrences"]] == ["s2", "s4"]
     assert not [p for p in (tmp_path / "_review-queue").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_atomic_write_json_many_writes_every_file_and_syncs_them_before_any_rename(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from loop_core import trackers
+
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(trackers.os, "fsync", lambda fd: (events.append("sync"), real_fsync(fd))[1])
+    monkeypatch.setattr(trackers.os, "replace", lambda a, b: (events.append("rename"), real_replace(a, b))[1])
+    (tmp_path / "old.json").write_text('{"old": true}')
+    files = [(tmp_path / f"{name}.json", {"name": name, "n": i}) for i, name in enumerate(["a", "b", "old", "c"])]
+
+    trackers.atomic_write_json_many(files)
+
+    for path, payload in files:
+        assert json.loads(path.read_text()) == payload
+        assert path.read_text() == json.dumps(payload, indent=2, sort_keys=True)
+    # Four file syncs (then the folder's), all before the first rename.
+    assert events[:4] == ["sync"] * 4 and events[4:8] == ["rename"] * 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json", "c.json", "old.json"]
+
+
+def test_atomic_write_json_many_that_fails_leaves_old_files_and_no_temp_files(tmp_path: Path) -> None:
+    from loop_core import trackers
+
+    (tmp_path / "a.json").write_text('{"old": true}')
+    files = [(tmp_path / "a.json", {"new": True}), (tmp_path / "b.json", {"bad": object()})]
+    with pytest.raises(TypeError):
+        trackers.atomic_write_json_many(files)
+    assert json.loads((tmp_path / "a.json").read_text()) == {"old": True}  # nothing renamed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
