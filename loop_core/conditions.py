@@ -138,6 +138,10 @@ class Need:
 
     @classmethod
     def of(cls, selector: Selector, literals: Sequence[str]) -> tuple[Need, ...]:
+        """The needs "one of ``literals`` occurs"; none when one is empty (it always
+        occurs), so a need's literal is never empty and an empty text holds none."""
+        if not all(literals):
+            return ()
         out = []
         for lit in literals:
             anchor = anchor_word(lit)

@@ -122,8 +122,8 @@ def _may_hold(view: View, groups: _Groups) -> bool:
     for selector, pairs in groups:
         values = selector.values(view)
         value = values[0] if values else None
-        if not isinstance(value, str):
-            continue
+        if not isinstance(value, str) or not value:
+            continue  # no literal occurs in an empty text (Need.of keeps none empty)
         index = view.index(value)
         if not index.exact:
             return True

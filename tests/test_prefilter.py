@@ -144,3 +144,18 @@ def test_a_case_sensitive_non_ascii_phrase_is_never_skipped(tmp_path: Path) -> N
     bundle = make_bundle(("x " * 1500) + "ΑΣ")
     assert _plain_walk(engine, View(bundle)) == "sigma"
     assert _indexed_walk(engine, View(bundle)) == "sigma"
+
+
+
+def test_no_need_is_empty_so_an_empty_text_rules_every_need_out() -> None:
+    # _may_hold skips an empty text without a look: sound only because "" is never a need.
+    from loop_core.conditions import compile_selector
+
+    selector = compile_selector("$.signal.all_text")
+    assert Need.of(selector, ["", "zzz"]) == ()  # "" always occurs: no need at all
+    assert [n.literal for n in Need.of(selector, ["abc", "zzz"])] == ["abc", "zzz"]
+    engine = Engine.build("default")
+    booted = {"pt3": {"ok": True, "failure": None}}  # a clean boot: no failure text anywhere
+    view = View(make_bundle(booted))
+    assert view.signal("all_text") == "" and view.signal("final_error") == ""
+    assert _indexed_walk(engine, view) == _plain_walk(engine, View(make_bundle(booted)))
