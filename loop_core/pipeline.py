@@ -19,7 +19,8 @@ chunks in flight per worker). Fileable failures reach a tracker that offers
 ``file_many`` in batches of up to :data:`~loop_core.trackers.BATCH` (one
 SQLite transaction each; a batch goes out when full, after
 :data:`FLUSH_SECONDS`, and at the end); unknowns go to the review queue in
-batches on the same schedule (each failure's file written once per batch).
+batches on the same schedule (each failure's file written once per batch, by
+a background thread while the next bundles are classified).
 Success anchors are indexed as they come and kept for the trust pass, beyond
 the first :data:`ANCHORS_IN_MEMORY` in an unnamed temporary file. Memory
 stays flat however many bundles the folder holds (the consensus index, a
@@ -34,6 +35,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -241,12 +243,13 @@ def run_captures(
             filer.tick()
             if progress is not None:
                 progress(done, total)
-        filer.flush()
+        filer.finish()
         for anchor in anchors:
             result = engine.pm.hook.loop_evaluate_trust(bundle=anchor, catalog=catalog or Catalog(), priors=index,
                                                         maintainer_promoted=False, consensus_n=consensus_n)
             summary.anchors[result.stage.value] += 1
     finally:
+        filer.close()
         anchors.close()
     return summary
 
@@ -257,8 +260,14 @@ class _Filer:
 
     A batch goes out when it holds ``batch`` items or its oldest has waited
     :data:`FLUSH_SECONDS`, and at the end of the run, so a kill loses at most
-    the batch in progress (which the rerun files) and a concurrent reader sees
-    the run's progress.
+    the batches in progress (which the rerun files) and a concurrent reader
+    sees the run's progress.
+
+    Review-queue batches are written by one background thread, so their file
+    syncs (waits on the disk) overlap the classification of the next bundles.
+    Batches are written in order, one at a time: the next waits for the one
+    before, whose counts (or error) arrive then. The tracker is only ever
+    called from the caller's thread (third-party trackers need not be thread-safe).
     """
 
     def __init__(self, tracker: Tracker | None, summary: RunSummary, batch: int,
@@ -271,6 +280,8 @@ class _Filer:
         self.pending: list[tuple[IssueDraft, Occurrence]] = []
         self.reviews: list[tuple[dict[str, Any], Occurrence]] = []
         self.since = 0.0
+        self._writer: ThreadPoolExecutor | None = None
+        self._writing: Future[list[tuple[bool, Path]]] | None = None
 
     def file(self, draft: IssueDraft, occurrence: Occurrence) -> None:
         assert self.tracker is not None
@@ -301,17 +312,38 @@ class _Filer:
         if self.reviews:
             assert self.review is not None
             reviews, self.reviews = self.reviews, []
-            for added, _path in self.review.add_many(reviews):
-                if added:
-                    self.summary.review_queued += 1
-                else:
-                    self.summary.already_counted += 1
+            self._collect()  # one batch in flight at a time, in order
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="loop-rules-review")
+            self._writing = self._writer.submit(self.review.add_many, reviews)
         if not self.pending:
             return
         assert self.many is not None
         pending, self.pending = self.pending, []
         for result in self.many(pending):
             self._count(result)
+
+    def finish(self) -> None:
+        """Send what is left and wait until every batch is written (raising the writer's error)."""
+        self.flush()
+        self._collect()
+
+    def close(self) -> None:
+        """Stop the review writer once its batch in flight is written (never raises)."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
+
+    def _collect(self) -> None:
+        """Wait for the review batch in flight and count it."""
+        writing, self._writing = self._writing, None
+        if writing is None:
+            return
+        for added, _path in writing.result():
+            if added:
+                self.summary.review_queued += 1
+            else:
+                self.summary.already_counted += 1
 
     def _count(self, result: FileResult) -> None:
         summary = self.summary

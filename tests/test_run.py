@@ -478,3 +478,61 @@ def test_anchors_spilled_to_disk_give_the_same_trust_counts(captures: Path, engi
     assert spilled == [4]  # 5 anchors: 1 kept, 4 read back from the file
     assert summary.to_dict()["anchors"] == EXPECTED["anchors"]
     assert summary.would_file == FILEABLE
+
+
+def test_review_batches_are_written_off_the_callers_thread_in_order(captures: Path, engine: Engine,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from loop_core import pipeline
+    from loop_core.trackers import ReviewQueue
+
+    monkeypatch.setattr(pipeline, "FLUSH_SECONDS", 0.0)  # one review batch per unknown
+    calls: list[tuple[str, list[str]]] = []
+    add_many = ReviewQueue.add_many
+
+    def recording(self: ReviewQueue, items: Any) -> Any:
+        calls.append((threading.current_thread().name, [occ.bundle for _payload, occ in items]))
+        return add_many(self, items)
+
+    monkeypatch.setattr(ReviewQueue, "add_many", recording)
+    tracker = SqliteTracker.for_captures(captures)
+    try:
+        summary = run_captures(captures, engine, tracker)
+    finally:
+        tracker.close()
+    assert summary_part(summary.to_dict()) == EXPECTED  # every batch counted by the end
+    assert len(calls) == UNKNOWN and all(name.startswith("loop-rules-review") for name, _ in calls)
+    assert [bundles for _name, (bundles) in calls] == sorted(bundles for _name, bundles in calls)  # in order
+    assert len(review_files(captures)) == UNKNOWN
+    assert "loop-rules-review" not in " ".join(t.name for t in threading.enumerate())  # the writer stopped
+
+
+def test_a_failing_review_write_stops_the_run_and_keeps_the_batches_before_it(
+        captures: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import pipeline
+    from loop_core.errors import TrackerError
+    from loop_core.trackers import ReviewQueue
+
+    monkeypatch.setattr(pipeline, "FLUSH_SECONDS", 0.0)
+    add_many = ReviewQueue.add_many
+    seen: list[int] = []
+
+    def failing_third(self: ReviewQueue, items: Any) -> Any:
+        seen.append(len(items))
+        if len(seen) == 3:
+            raise TrackerError("disk full")
+        return add_many(self, items)
+
+    monkeypatch.setattr(ReviewQueue, "add_many", failing_third)
+    tracker = SqliteTracker.for_captures(captures)
+    try:
+        with pytest.raises(TrackerError, match="disk full"):
+            run_captures(captures, engine, tracker)
+    finally:
+        tracker.close()
+    assert len(review_files(captures)) == 2  # the two batches written before the failure stay
+    # The rerun queues the rest and counts nothing twice.
+    monkeypatch.setattr(ReviewQueue, "add_many", add_many)
+    again = run_json(captures)
+    assert again["review_queued"] == UNKNOWN - 2 and len(review_files(captures)) == UNKNOWN
