@@ -68,7 +68,10 @@ _SECRETS = (
      "<REDACTED-GITHUB-TOKEN>"),
     (re.compile(r"(?i)(?<![A-Za-z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}(?![A-Za-z0-9])"),
      "<REDACTED-AWS-KEY>"),
-    (re.compile(r"(?i)\b(aws_secret_access_key|aws_session_token)(\s*[=:]\s*)[\"']?[A-Za-z0-9/+=]{16,}[\"']?"),
+    # The value takes "_" too, which AWS secrets never hold: otherwise a value run
+    # into a second "aws_secret_access_key=..." ("KEY==aws_secret...") stopped inside
+    # that key's name, and the second secret, its key cut, was never recognised.
+    (re.compile(r"(?i)\b(aws_secret_access_key|aws_session_token)(\s*[=:]\s*)[\"']?[A-Za-z0-9/+=_]{16,}[\"']?"),
      r"\1\2<REDACTED>"),
     (re.compile(r"(?i)\b((?:hf|hugging_face_hub|huggingface|github|gh|openai|api)_?(?:token|key))(\s*[=:]\s*)[^\s\"',;]+"),
      r"\1\2<REDACTED>"),

@@ -374,6 +374,20 @@ def test_the_tuple_still_verifies_when_the_key_holds_a_secret(engine: Engine) ->
     assert round_trip.key == key and body_tuple_matches(round_trip.body, round_trip.key)
 
 
+
+@pytest.mark.parametrize("between", ["==", "=x=", "/", "=A1/+="])
+def test_two_aws_secrets_run_together_are_both_scrubbed(engine: Engine, between: str) -> None:
+    # Found by the property test below: the first value ran on into the second
+    # key's name and stopped at its "_", leaving "_secret_access_key=<secret>".
+    secret = SECRETS["aws_secret"]
+    line = CONTEXT["aws_secret"].format(secret)
+    for excerpt in (f" AccessKeyId: {SECRETS['aws_key_id']}  {line}{between}{line} ", f"{line}{between}{line}"):
+        bundle, verdict, draft, evidence = render(engine, excerpt=excerpt)
+        check(bundle, verdict, draft, evidence)
+        assert_no_secret(bundle, draft, secret)
+        assert_no_secret(bundle, draft, SECRETS["aws_key_id"])
+
+
 # -- arbitrary text --------------------------------------------------------------------------
 
 HOSTILE_ALPHABET = st.sampled_from(
