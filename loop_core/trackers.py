@@ -118,44 +118,26 @@ def atomic_write_json(path: Path, payload: Any, *, sync_directory: bool = True) 
     """Write JSON so readers see the old file or the new one, never a torn one.
 
     Temp file in the same directory, fsync, rename, fsync of the directory
-    (left to the caller with ``sync_directory=False``, to sync once after
-    several files). Inside a spool or review folder, call it under
-    :func:`locked` on that folder: :func:`clean_stale_temp_files` relies on it.
+    (left to the caller with ``sync_directory=False``). Inside a spool or
+    review folder, call it under :func:`locked` on that folder:
+    :func:`clean_stale_temp_files` relies on it.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(payload, indent=2, sort_keys=True))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if sync_directory:
-        fsync_directory(path.parent)
+    atomic_write_json_many([(path, payload)], sync_directory=sync_directory)
 
 
 SYNC_THREADS = 16  # temp files synced at once by atomic_write_json_many
 
 
-def atomic_write_json_many(files: Sequence[tuple[Path, Any]]) -> None:
-    """:func:`atomic_write_json` for several files of one folder, synced together.
+def atomic_write_json_many(files: Sequence[tuple[Path, Any]], *, sync_directory: bool = True) -> None:
+    """:func:`atomic_write_json` for several files, synced together.
 
     Every file is written to its temp file, then all temp files are synced
     at once from a few threads (the file system commits concurrent syncs in
     one journal transaction, which one sync after another cannot share),
-    and only then is each renamed into place and the folder synced. A crash
-    leaves each file old or new, never torn, as one by one would; a failure
-    removes the temp files not yet renamed and raises. Call it under
-    :func:`locked` on that folder.
+    and only then is each renamed into place and each folder synced once. A
+    crash leaves each file old or new, never torn, as one by one would; a
+    failure removes the temp files not yet renamed and raises.
     """
-    if len(files) <= 1:
-        for path, payload in files:
-            atomic_write_json(path, payload)
-        return
     temps: list[tuple[str, Path]] = []
     renamed = 0
     try:
@@ -169,9 +151,12 @@ def atomic_write_json_many(files: Sequence[tuple[Path, Any]]) -> None:
                 data = memoryview(json.dumps(payload, indent=2, sort_keys=True).encode("utf-8"))
                 while data:
                     data = data[os.write(fd, data):]
-            with ThreadPoolExecutor(min(SYNC_THREADS, len(fds)), thread_name_prefix="loop-rules-sync") as pool:
-                for _ in pool.map(os.fsync, fds):
-                    pass
+            if len(fds) == 1:
+                os.fsync(fds[0])
+            elif fds:
+                with ThreadPoolExecutor(min(SYNC_THREADS, len(fds)), thread_name_prefix="loop-rules-sync") as pool:
+                    for _ in pool.map(os.fsync, fds):
+                        pass
         finally:
             for fd in fds:
                 os.close(fd)
@@ -183,8 +168,9 @@ def atomic_write_json_many(files: Sequence[tuple[Path, Any]]) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         raise
-    for directory in dict.fromkeys(path.parent for path, _payload in files):
-        fsync_directory(directory)
+    if sync_directory:
+        for directory in dict.fromkeys(path.parent for path, _payload in files):
+            fsync_directory(directory)
 
 
 def fsync_directory(directory: Path) -> None:
