@@ -932,6 +932,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}"
         )
+    if not _lock_out():
+        print(f"bench: another run is using {_rel(OUT)} (it writes the same corpora and outputs, "
+              "and its timings and this run's would disturb each other); wait until it ends",
+              file=sys.stderr)
+        return 2
     n = args.n or (QUICK_N if args.quick else DEFAULT_N)
     repeats = args.repeats or (1 if args.quick else 3)
     # Pack caches of the benchmark stay under bench/out (every process started below inherits it).
@@ -995,6 +1000,24 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(markdown(rows))
     return 0
+
+
+_LOCK: list[int] = []  # the open lock file of this run, held until the process ends
+
+
+def _lock_out() -> bool:
+    """Take bench/out for this run; False when another run holds it."""
+    import fcntl
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    fd = os.open(OUT / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    _LOCK.append(fd)
+    return True
 
 
 def _loadavg() -> float | None:
