@@ -61,10 +61,12 @@ BODY_LIMIT = 65_536
 TUPLE_FIELDS = DedupKey._fields
 
 # Token patterns need no word boundary before them ("MY_hf_..." is a token too), and
-# match any case: the error substring is lower-cased before it is shown.
+# match any case: the error substring is lower-cased before it is shown. A token's
+# body takes "_" too, so two tokens written one after the other ("hf_AAA...hf_BBB...")
+# go as one, instead of the first stopping at the second's "_" and leaving its body.
 _SECRETS = (
-    (re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9]{30,}"), "hf_<REDACTED>"),
-    (re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{20,})"),
+    (re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9_]{30,}"), "hf_<REDACTED>"),
+    (re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9_]{30,}|github_pat_[A-Za-z0-9_]{20,})"),
      "<REDACTED-GITHUB-TOKEN>"),
     (re.compile(r"(?i)(?<![A-Za-z0-9])(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}(?![A-Za-z0-9])"),
      "<REDACTED-AWS-KEY>"),

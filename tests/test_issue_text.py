@@ -388,6 +388,19 @@ def test_two_aws_secrets_run_together_are_both_scrubbed(engine: Engine, between:
         assert_no_secret(bundle, draft, SECRETS["aws_key_id"])
 
 
+
+@pytest.mark.parametrize("first, second", [("hf", "hf"), ("ghp", "ghp"), ("hf", "ghp"), ("ghp", "hf"),
+                                           ("github_pat", "hf")])
+def test_two_tokens_written_together_are_both_scrubbed(engine: Engine, first: str, second: str) -> None:
+    # The first token's body stopped at the second's "_", leaving that body in the issue.
+    a, b = SECRETS[first], SECRETS[second]
+    bundle, verdict, draft, evidence = render(engine, excerpt=f"RuntimeError: bad token {a}{b}\n{OOM}")
+    check(bundle, verdict, draft, evidence)
+    for secret in (a, b):
+        body = secret.split("_")[-1]  # the part after the prefix: a secret on its own
+        assert not leaked(body, draft.title, draft.body, *draft.labels), body
+
+
 # -- arbitrary text --------------------------------------------------------------------------
 
 HOSTILE_ALPHABET = st.sampled_from(
