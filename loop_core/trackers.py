@@ -138,25 +138,24 @@ def atomic_write_json_many(files: Sequence[tuple[Path, Any]], *, sync_directory:
     crash leaves each file old or new, never torn, as one by one would; a
     failure removes the temp files not yet renamed and raises.
     """
+    # Encoded first: a payload that cannot be written fails before any file is touched.
+    encoded = [(path, json.dumps(payload, indent=2, sort_keys=True).encode("utf-8")) for path, payload in files]
+    directories = dict.fromkeys(path.parent for path, _data in encoded)
+    for directory in directories:
+        directory.mkdir(parents=True, exist_ok=True)
     temps: list[tuple[str, Path]] = []
     renamed = 0
     try:
         fds: list[int] = []
         try:
-            for path, payload in files:
-                path.parent.mkdir(parents=True, exist_ok=True)
+            for path, data in encoded:
                 fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
                 fds.append(fd)
                 temps.append((tmp, path))
-                data = memoryview(json.dumps(payload, indent=2, sort_keys=True).encode("utf-8"))
-                while data:
-                    data = data[os.write(fd, data):]
-            if len(fds) == 1:
-                os.fsync(fds[0])
-            elif fds:
-                with ThreadPoolExecutor(min(SYNC_THREADS, len(fds)), thread_name_prefix="loop-rules-sync") as pool:
-                    for _ in pool.map(os.fsync, fds):
-                        pass
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            _sync_all(fds)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -169,8 +168,30 @@ def atomic_write_json_many(files: Sequence[tuple[Path, Any]], *, sync_directory:
                 os.unlink(tmp)
         raise
     if sync_directory:
-        for directory in dict.fromkeys(path.parent for path, _payload in files):
+        for directory in directories:
             fsync_directory(directory)
+
+
+def _sync_all(fds: Sequence[int]) -> None:
+    """``fsync`` every descriptor, up to :data:`SYNC_THREADS` at once.
+
+    Each thread syncs its share one after another: one task per thread, not
+    per file, keeps the Python work between syncs (which needs the GIL the
+    caller's other threads are using) to the syncs themselves.
+    """
+    if len(fds) <= 1:
+        for fd in fds:
+            os.fsync(fd)
+        return
+    threads = min(SYNC_THREADS, len(fds))
+    with ThreadPoolExecutor(threads, thread_name_prefix="loop-rules-sync") as pool:
+        for _ in pool.map(_sync_each, [fds[i::threads] for i in range(threads)]):
+            pass
+
+
+def _sync_each(fds: Sequence[int]) -> None:
+    for fd in fds:
+        os.fsync(fd)
 
 
 def fsync_directory(directory: Path) -> None:
@@ -216,6 +237,15 @@ def clean_stale_temp_files(directory: Path, older_than: float = 0.0) -> int:
                     path.unlink()
                     removed += 1
     return removed
+
+
+def _file_names(directory: Path) -> set[str]:
+    """The names of the entries of ``directory`` (empty when it does not exist)."""
+    try:
+        with os.scandir(directory) as entries:
+            return {entry.name for entry in entries}
+    except FileNotFoundError:
+        return set()
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -327,11 +357,13 @@ class ReviewQueue:
         docs: dict[Path, dict[str, Any]] = {}
         changed: dict[Path, None] = {}  # in first-change order
         with locked(self.directory):
+            present = _file_names(self.directory)  # one listing, not a failed open per new failure
             for payload, occurrence in items:
-                path = self.directory / f"{payload['dedup_hash']}.json"
+                name = f"{payload['dedup_hash']}.json"
+                path = self.directory / name
                 current = docs.get(path)
                 if current is None:
-                    current = docs[path] = _read_json(path) or dict(payload)
+                    current = docs[path] = (_read_json(path) if name in present else None) or dict(payload)
                 occurrences = current.setdefault("occurrences", [])
                 if any(o.get("submission") == occurrence.submission for o in occurrences if isinstance(o, dict)):
                     out.append((False, path))
