@@ -12,6 +12,7 @@ from typing import Any
 from .bundle import BUNDLE_FILES, Bundle, ReadLimits, read_bundle
 from .engine import Engine
 from .errors import BundleError
+from .jsontext import dumps_indented
 from .keys import consensus_key, dedup_key, dedup_labels
 from .verdict import Classification
 
@@ -97,7 +98,7 @@ def _jsonl(path: str, engine: Engine) -> tuple[bool, str]:
 
 def _json_element(path: str, engine: Engine) -> tuple[bool, str]:
     row = _row(path, engine)
-    return row["reader_error"] is not None, json.dumps(row, indent=2, ensure_ascii=False)
+    return row["reader_error"] is not None, dumps_indented(row, ensure_ascii=False)
 
 
 def classify_text(paths: Iterable[str | os.PathLike[str]], engine: Engine, *, indent: bool = False,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .bundle import Bundle
+from .jsontext import dumps_indented
 from .keys import (
     SUBSTRING_LIMIT,
     DedupKey,
@@ -231,7 +232,7 @@ def _json_block_text(payload: dict[str, Any]) -> str:
     # §5.4: indent=2, sort_keys, ASCII-escaped. Backticks and angle brackets are
     # escaped too (\\u0060, \\u003c ...): JSON decodes them back to the same values,
     # and no value can close the fence or open HTML.
-    text = json.dumps(payload, indent=2, sort_keys=True)
+    text = dumps_indented(payload, sort_keys=True)
     return text.replace("`", "\\u0060").replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 from .dedup import SCHEMA, IssueDraft, Occurrence, body_tuple_matches
 from .errors import TrackerError
+from .jsontext import dumps_indented
 
 __all__ = [
     "FileAction",
@@ -139,7 +140,7 @@ def atomic_write_json_many(files: Sequence[tuple[Path, Any]], *, sync_directory:
     failure removes the temp files not yet renamed and raises.
     """
     # Encoded first: a payload that cannot be written fails before any file is touched.
-    encoded = [(path, json.dumps(payload, indent=2, sort_keys=True).encode("utf-8")) for path, payload in files]
+    encoded = [(path, dumps_indented(payload, sort_keys=True).encode("utf-8")) for path, payload in files]
     directories = dict.fromkeys(path.parent for path, _data in encoded)
     for directory in directories:
         directory.mkdir(parents=True, exist_ok=True)

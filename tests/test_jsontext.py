@@ -1,0 +1,67 @@
+"""dumps_indented is json.dumps(indent=2) byte for byte, errors included."""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loop_core.jsontext import dumps_indented
+
+SCALARS = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True)
+           | st.text(alphabet=st.characters(blacklist_categories=()), max_size=12))
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: (st.lists(inner, max_size=4) | st.lists(inner, max_size=3).map(tuple)
+                   | st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(VALUES, st.booleans(), st.booleans())
+def test_same_text_as_json_dumps(value: Any, sort_keys: bool, ensure_ascii: bool) -> None:
+    assert dumps_indented(value, sort_keys=sort_keys, ensure_ascii=ensure_ascii) == \
+        json.dumps(value, indent=2, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+class Ratio(float):
+    def __repr__(self) -> str:
+        return "ratio"
+
+
+@pytest.mark.parametrize("value", [
+    {1: "int key", "b": [2, 3]},                 # json turns the key into "1"
+    {"a": 1, None: 2, True: 3},                  # unsortable once converted? json decides
+    {"level": Level.HIGH, "ratio": Ratio(0.5)},  # subclasses as json renders them
+    {"empty": {}, "none": [], "nested": [[], {}, [[{}]]]},
+    [math.nan, math.inf, -math.inf, -0.0, 1e300, 10**30],
+    "\u2028 \ud800 \x00 \"quoted\" \\ \U0001f600",
+])
+def test_awkward_values_match_json_dumps(value: Any) -> None:
+    for sort_keys in (False, True):
+        try:
+            expected = json.dumps(value, indent=2, sort_keys=sort_keys)
+        except TypeError as e:
+            with pytest.raises(TypeError, match=str(e).split(":")[0]):
+                dumps_indented(value, sort_keys=sort_keys)
+        else:
+            assert dumps_indented(value, sort_keys=sort_keys) == expected
+
+
+def test_errors_are_json_dumps_errors() -> None:
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(ValueError, match="Circular reference"):
+        dumps_indented(cycle)
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        dumps_indented({"when": object()})
