@@ -20,19 +20,19 @@ __all__ = ["Outcome", "classify_paths", "classify_rows", "discover_bundles", "ve
 
 
 def _is_bundle_dir(path: Path) -> tuple[bool, list[Path]]:
-    """Whether ``path`` holds bundle files, and its subdirectories (sorted)."""
-    has_files = False
-    subdirs = []
+    """Whether ``path`` holds bundle files, and else its subdirectories (sorted)."""
+    names = []
     try:
         with os.scandir(path) as it:
             for entry in it:
                 if entry.name in BUNDLE_FILES:
-                    has_files = True
-                elif entry.is_dir(follow_symlinks=False) and not entry.name.startswith((".", "_")):
-                    subdirs.append(Path(entry.path))
+                    return True, []  # a bundle: its subdirectories are never searched
+                if entry.is_dir(follow_symlinks=False) and not entry.name.startswith((".", "_")):
+                    names.append(entry.name)
     except OSError:
         return True, []  # let the reader report it
-    return has_files, sorted(subdirs)
+    names.sort(key=os.path.normcase)  # the order of the paths themselves: they share a parent
+    return False, [path / name for name in names]
 
 
 def discover_bundles(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
