@@ -488,7 +488,14 @@ class TextIndex:
 
     def holds_any(self, pairs: Iterable[tuple[str, str | None]]) -> bool:
         """Whether one of the ``(literal, anchor)`` pairs holds (as :meth:`holds`)."""
-        return any(self.holds(literal, anchor) for literal, anchor in pairs)
+        first = self._first  # the hot loop of a rule walk: no call per remembered literal
+        for literal, anchor in pairs:
+            at = first.get(literal)
+            if at is None:
+                at = self._probe(literal, anchor)
+            if at >= 0:
+                return True
+        return False
 
     def _probe(self, literal: str, anchor: str | None) -> int:
         """Where ``literal`` first occurs in ``low`` (-1: nowhere), looked up and remembered."""
@@ -674,8 +681,12 @@ class GuardedRegex:
             # Only the alternatives one of whose literals occurs (or that have none) can match.
             always, by_literal = self._plan if self._plan is not None else self._make_plan()
             found = set(always)
+            first = idx._first
             for literal, anchor, positions in by_literal:
-                if idx.holds(literal, anchor):
+                at = first.get(literal)
+                if at is None:
+                    at = idx._probe(literal, anchor)
+                if at >= 0:
                     found.update(positions)
             order: Iterable[int] = sorted(found)
         else:
