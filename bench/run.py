@@ -559,9 +559,16 @@ def _wipe_state(root: Path) -> None:
 
 
 @scenario("run", "`loop-rules run CORPUS --format json` end to end in a subprocess: SQLite "
-                 "tracker, review queue, trust, a fresh tracker each repeat; and --dry-run (runs alternating)")
+                 "tracker, review queue, trust, a fresh tracker each repeat; and --dry-run (runs "
+                 "alternating); over the corpus and over the smaller `rss` size, where start-up weighs less")
 def run_cli(ctx: Context) -> list[Row]:
-    corpus = ctx.corpus()
+    rows = []
+    for n in sorted({ctx.n, max(ctx.n, ctx.rss_sizes[0])}):
+        rows += _run_cli(ctx, ctx.corpus(n), "" if n == ctx.n else f" ({n:,} bundles)")
+    return rows
+
+
+def _run_cli(ctx: Context, corpus: Corpus, suffix: str) -> list[Row]:
     rel = os.path.relpath(corpus.root, REPO)
     sink = OUT / "cli-run.json"
     cases = (("run (sqlite)", ()), ("run --dry-run", ("--dry-run",)))
@@ -584,7 +591,7 @@ def run_cli(ctx: Context) -> list[Row]:
             raise RuntimeError(f"loop-rules run saw {data['bundles']} bundles of {corpus.n}")
         what = (f"filed {data['filed_new']} new + {data['plus_one']} +1, {data['review_queued']} queued "
                 f"for review" if not extra else f"{data['would_file']} would be filed")
-        rows.append(Row(label, corpus.n, t.seconds,
+        rows.append(Row(label + suffix, corpus.n, t.seconds,
                         f"{what}; default pack; {t.describe()}; CPU {corpus.n / t.cpu_seconds:,.0f} bundles/s",
                         {**t.extra(), "summary": {k: v for k, v in data.items() if k != "errors"}}))
     return rows
