@@ -181,8 +181,7 @@ def _sync_all(fds: Sequence[int]) -> None:
     caller's other threads are using) to the syncs themselves.
     """
     if len(fds) <= 1:
-        for fd in fds:
-            os.fsync(fd)
+        _sync_each(fds)
         return
     threads = min(SYNC_THREADS, len(fds))
     with ThreadPoolExecutor(threads, thread_name_prefix="loop-rules-sync") as pool:
