@@ -135,7 +135,7 @@ class Engine:
         return cls(pack, matchers, kinds, pm)
 
     def context(self, bundle: Bundle) -> MatchContext:
-        view = View(bundle)
+        view = View.of(bundle)
         substring = error_substring(bundle)
         fingerprint = tier2_fingerprint(substring, bundle.arch_family, bundle.engine_version)
         return MatchContext(bundle, view, self.pack, substring, fingerprint)

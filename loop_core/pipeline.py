@@ -67,7 +67,7 @@ def is_failure(bundle: Bundle) -> bool:
     """Gate-only, download or boot failed, or any capability red."""
     if bundle.is_gate_only:
         return True
-    view = View(bundle)
+    view = View.of(bundle)
     return not view.signal("download_ok") or not view.signal("boot_ok") or bool(view.signal("red_caps"))
 
 
@@ -107,7 +107,7 @@ def process_bundle(path: Path, engine: Engine, limits: ReadLimits | None = None)
                                 f"no rule matched (tier {verdict.tier.value})" if verdict.matched_rule is None
                                 else f"rule {verdict.matched_rule} decided unknown")
         # Beyond the reference's fields: what a maintainer reads first.
-        review["final_error"] = sanitize(View(bundle).signal("final_error") or bundle.abort_reason or "")
+        review["final_error"] = sanitize(View.of(bundle).signal("final_error") or bundle.abort_reason or "")
         review["fingerprint"] = verdict.fingerprint
     elif verdict.should_file:
         draft = engine.pm.hook.loop_draft_issue(bundle=bundle, verdict=verdict)

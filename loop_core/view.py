@@ -211,6 +211,24 @@ class View:
         # during whose evaluation this rose does not match (Rule.matches).
         self.timeouts = 0
 
+    @classmethod
+    def of(cls, bundle: Bundle) -> View:
+        """A fresh view of ``bundle`` sharing what the latest ``View.of`` view of the
+        same bundle object computed (signals, text indexes, the document).
+
+        Those depend only on the bundle, so the engine, the pipeline and the
+        issue drafter each get their own ``warnings`` and ``timeouts`` but
+        compute a signal such as ``final_error`` once per bundle, not once
+        each. Only the latest bundle is remembered: a pass over many bundles
+        keeps one bundle's computations alive, not all of them.
+        """
+        view = cls(bundle)
+        latest = _LATEST[0]
+        if latest is not None and latest.bundle is bundle:
+            view._signals, view._indexes, view._document = latest._signals, latest._indexes, latest._document
+        _LATEST[0] = view
+        return view
+
     def index(self, text: str) -> TextIndex:
         """The :class:`~loop_core.fastregex.TextIndex` of ``text``, made once per text
         object and shared by every rule that searches it."""
@@ -249,4 +267,5 @@ class View:
 
 
 _FILES = frozenset({"manifest", "pt1", "pt2", "pt3", "pt4", "pt5"})
+_LATEST: list[View | None] = [None]  # see View.of
 MISSING = _MISSING

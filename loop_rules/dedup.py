@@ -19,6 +19,6 @@ def loop_draft_issue(bundle: Bundle, verdict: Classification) -> IssueDraft:
     from loop_core.dedup import draft_issue
     from loop_core.view import View
 
-    final = View(bundle).signal("final_error")
+    final = View.of(bundle).signal("final_error")
     evidence = final if final and final.lower() not in verdict.error_substring else None
     return draft_issue(bundle, verdict, evidence=evidence)

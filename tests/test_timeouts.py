@@ -85,3 +85,14 @@ def test_classify_cli_warns(tmp_path: Path, bundle_dir) -> None:  # type: ignore
     assert result.exit_code == 0
     assert "fallback" in result.output
     assert "warning: regex '^(a+)+$' on $.signal.error_text timed out" in result.output
+
+
+def test_classifying_the_same_bundle_again_gives_the_same_warnings(tmp_path: Path,
+                                                                   pm: pluggy.PluginManager) -> None:
+    # Views of one bundle share computed signals (View.of), never warnings or timeouts.
+    engine = Engine.build(_pack(tmp_path), pm)
+    bundle = make_bundle(CATASTROPHIC)
+    first, second = engine.classify(bundle), engine.classify(bundle)
+    assert second.matched_rule == first.matched_rule == "fallback"
+    assert second.warnings == first.warnings
+    assert len(first.warnings) == 2

@@ -85,3 +85,23 @@ def test_without_any_error_line_the_last_line_is_used() -> None:
 
 def test_killed_is_still_an_error_line() -> None:
     assert final_error("INFO building engine\nKilled\nINFO cleanup") == "Killed"
+
+
+def test_views_of_one_bundle_compute_a_signal_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import view as view_module
+
+    calls: list[object] = []
+    compute, doc = view_module.SIGNALS["final_error"]
+    monkeypatch.setitem(view_module.SIGNALS, "final_error",
+                        (lambda b: calls.append(b) or compute(b), doc))
+    bundle, other = make_bundle("RuntimeError: boom"), make_bundle("ValueError: bad")
+    first = View.of(bundle)
+    assert first.signal("final_error") == "RuntimeError: boom"
+    second = View.of(bundle)
+    assert second.signal("final_error") == "RuntimeError: boom"
+    assert calls == [bundle]  # computed by the first view only
+    second.warnings.append("only mine")
+    assert first.warnings == [] and second is not first
+    assert View.of(other).signal("final_error") == "ValueError: bad"
+    assert View.of(bundle).signal("final_error") == "RuntimeError: boom"  # the latest was `other`
+    assert calls == [bundle, other, bundle]
