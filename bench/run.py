@@ -553,22 +553,52 @@ def cold_start(ctx: Context) -> list[Row]:
 STATE_DIRS = ("_loop", "_review-queue", "_dedup-queue")
 
 
-def _set_aside_state(root: Path, aside: Path) -> None:
-    """Move what ``loop-rules run`` wrote into ``root`` to a new folder under ``aside``.
+SET_ASIDE = OUT / "run-state-set-aside"  # state of timed runs, deleted when the bench ends
+SET_ASIDE_DELETED = OUT / "run-state-deleted.json"  # when the last bench deleted it, and how much
+INODE_RECENCY = 360  # s: ext4 without a journal skips inodes freed up to this long ago
 
-    Between timed runs the state is moved, not deleted: on ext4 without a
-    journal (as on the machine of the recorded runs) creating a file skips
-    every inode of its group freed in the last one to six minutes, so a run
-    started just after deleting the last run's 500 review files paid about
-    0.7 ms of kernel time for each file it created (0.5 s against 0.15 s of
-    system time over 2,000 bundles). The caller deletes ``aside`` once the
-    timings are over.
+
+def _set_aside_state(root: Path) -> None:
+    """Move what ``loop-rules run`` wrote into ``root`` to a new folder under :data:`SET_ASIDE`.
+
+    Between timed runs the state is moved, not deleted, and the moved state
+    is deleted only when the whole bench ends (:func:`_delete_set_aside`):
+    on ext4 without a journal (the file system of the recorded runs)
+    creating a file skips every inode of its group freed in the last one to
+    six minutes, so a run started just after deleting the last run's review
+    files paid 0.7 ms of kernel time for each file it created (0.5 s of
+    system time against 0.15 s over 2,000 bundles): the benchmark was timing
+    its own cleanup.
     """
-    aside.mkdir(parents=True, exist_ok=True)
-    target = Path(tempfile.mkdtemp(dir=aside))
+    SET_ASIDE.mkdir(parents=True, exist_ok=True)
+    target = Path(tempfile.mkdtemp(dir=SET_ASIDE))
     for name in STATE_DIRS:
         if (root / name).exists():
             os.replace(root / name, target / name)
+
+
+def _delete_set_aside() -> None:
+    """Delete the state timed runs left (this bench's, and an interrupted one's)
+    and note when, for :func:`_recent_deletion`."""
+    if not SET_ASIDE.exists():
+        return
+    files = sum(len(names) for _dir, _dirs, names in os.walk(SET_ASIDE))
+    shutil.rmtree(SET_ASIDE, ignore_errors=True)
+    SET_ASIDE_DELETED.write_text(json.dumps({"at": time.time(), "files": files}), encoding="utf-8")
+
+
+def _recent_deletion() -> str:
+    """A warning for the notes when an earlier bench deleted its runs' state
+    less than :data:`INODE_RECENCY` seconds ago, else ``""``."""
+    try:
+        last = json.loads(SET_ASIDE_DELETED.read_text(encoding="utf-8"))
+        ago, files = time.time() - float(last["at"]), int(last["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    if files < 100 or not 0 <= ago < INODE_RECENCY:  # a handful of files costs nothing to notice
+        return ""
+    return (f"; started {ago:.0f} s after an earlier bench deleted {files:,} files here: on ext4 "
+            f"without a journal, creating files is slower for {INODE_RECENCY // 60} minutes after that")
 
 
 @scenario("run", "`loop-rules run CORPUS --format json` end to end in a subprocess: SQLite "
@@ -576,33 +606,29 @@ def _set_aside_state(root: Path, aside: Path) -> None:
                  "alternating); over the corpus and over the smaller `rss` size, where start-up weighs less")
 def run_cli(ctx: Context) -> list[Row]:
     rows = []
-    aside = OUT / "run-state-set-aside"
-    shutil.rmtree(aside, ignore_errors=True)  # left by an interrupted run
-    try:
-        for n in sorted({ctx.n, max(ctx.n, ctx.rss_sizes[0])}):
-            rows += _run_cli(ctx, ctx.corpus(n), "" if n == ctx.n else f" ({n:,} bundles)", aside)
-    finally:
-        shutil.rmtree(aside, ignore_errors=True)  # after every timing: see _set_aside_state
+    for n in sorted({ctx.n, max(ctx.n, ctx.rss_sizes[0])}):
+        rows += _run_cli(ctx, ctx.corpus(n), "" if n == ctx.n else f" ({n:,} bundles)")
     return rows
 
 
-def _run_cli(ctx: Context, corpus: Corpus, suffix: str, aside: Path) -> list[Row]:
+def _run_cli(ctx: Context, corpus: Corpus, suffix: str) -> list[Row]:
     rel = os.path.relpath(corpus.root, REPO)
     sink = OUT / "cli-run.json"
     cases = (("run (sqlite)", ()), ("run --dry-run", ("--dry-run",)))
     timings = {label: Timing([], []) for label, _ in cases}
     summaries: dict[str, dict[str, Any]] = {}
+    warning = _recent_deletion()
     try:
         for _ in range(ctx.repeats):  # alternate, so a slow spell of the machine hits both
             for label, extra in cases:
                 t = ctx.timed_process(ctx.cli("run", rel, "--format", "json", *extra), runs=1,
                                       stdout=lambda: open(sink, "wb"),
-                                      setup=lambda: _set_aside_state(corpus.root, aside))
+                                      setup=lambda: _set_aside_state(corpus.root))
                 timings[label].wall += t.wall
                 timings[label].cpu += t.cpu
                 summaries[label] = json.loads(sink.read_text(encoding="utf-8"))
     finally:
-        _set_aside_state(corpus.root, aside)
+        _set_aside_state(corpus.root)
     rows = []
     for label, extra in cases:
         data, t = summaries[label], timings[label]
@@ -611,7 +637,8 @@ def _run_cli(ctx: Context, corpus: Corpus, suffix: str, aside: Path) -> list[Row
         what = (f"filed {data['filed_new']} new + {data['plus_one']} +1, {data['review_queued']} queued "
                 f"for review" if not extra else f"{data['would_file']} would be filed")
         rows.append(Row(label + suffix, corpus.n, t.seconds,
-                        f"{what}; default pack; {t.describe()}; CPU {corpus.n / t.cpu_seconds:,.0f} bundles/s",
+                        f"{what}; default pack; {t.describe()}; CPU {corpus.n / t.cpu_seconds:,.0f} bundles/s"
+                        f"{warning}",
                         {**t.extra(), "summary": {k: v for k, v in data.items() if k != "errors"}}))
     return rows
 
@@ -988,15 +1015,18 @@ def main(argv: list[str] | None = None) -> int:
     selected = [s for s in SCENARIOS.values() if not only or s.name in only]
     load_start = _loadavg()
     rows: list[Row] = []
-    for s in selected:
-        ctx.log(f"running {s.name} ...")
-        # Each scenario starts clean: no bundles of an earlier one kept alive for the GC to walk.
-        ctx.release()
-        gc.collect()
-        produced = s.run(ctx)
-        for row in produced:
-            ctx.results.setdefault(s.name, row)
-        rows.extend(produced)
+    try:
+        for s in selected:
+            ctx.log(f"running {s.name} ...")
+            # Each scenario starts clean: no bundles of an earlier one kept alive for the GC to walk.
+            ctx.release()
+            gc.collect()
+            produced = s.run(ctx)
+            for row in produced:
+                ctx.results.setdefault(s.name, row)
+            rows.extend(produced)
+    finally:
+        _delete_set_aside()  # after every timing: see _set_aside_state
 
     corpus = ctx.corpus()
     files = [os.path.join(d, f) for d in corpus.dirs for f in os.listdir(d)]
