@@ -880,6 +880,8 @@ def rss(ctx: Context) -> list[Row]:
     for n in ctx.rss_sizes:
         corpus = ctx.corpus(n)
         rel = os.path.relpath(corpus.root, REPO)
+        ctx.log(f"  reading the {corpus.n:,} bundles once (untimed) ...")
+        ctx.warm(corpus)
         for label, argv in (("classify --format jsonl", ctx.cli("classify", "--format", "jsonl", rel)),
                             ("run --dry-run", ctx.cli("run", "--dry-run", "--format", "json", rel))):
             ctx.log(f"  {label} over {corpus.n:,} bundles ...")
