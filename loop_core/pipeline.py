@@ -85,8 +85,13 @@ class Processed:
     anchor: Bundle | None = None
 
 
-def process_bundle(path: Path, engine: Engine, limits: ReadLimits | None = None) -> Processed:
-    """Read and classify one bundle and prepare what the tracker needs; never raises for bad input."""
+def process_bundle(path: Path, engine: Engine, limits: ReadLimits | None = None, *,
+                   prepare: bool = True) -> Processed:
+    """Read and classify one bundle and prepare what the tracker needs; never raises for bad input.
+
+    :param prepare: draft the issue of a fileable failure and the review-queue
+        payload of an unknown; a dry run, which files and queues nothing, skips both.
+    """
     try:
         bundle = read_bundle(path, limits=limits)
     except BundleError as e:
@@ -100,7 +105,7 @@ def process_bundle(path: Path, engine: Engine, limits: ReadLimits | None = None)
         return Processed(path, verdict=verdict, anchor=anchor)
     occurrence = occurrence_of(bundle)
     draft = review = None
-    if verdict.failure_class is FailureClass.UNKNOWN:
+    if prepare and verdict.failure_class is FailureClass.UNKNOWN:
         key = dedup_key(bundle, FailureClass.UNKNOWN.value)
         review = review_payload(key.digest(), canonical_payload(bundle, key), verdict.error_substring,
                                 bundle.manifest.get("model"), bundle.manifest.get("utc_ts"),
@@ -109,7 +114,7 @@ def process_bundle(path: Path, engine: Engine, limits: ReadLimits | None = None)
         # Beyond the reference's fields: what a maintainer reads first.
         review["final_error"] = sanitize(View.of(bundle).signal("final_error") or bundle.abort_reason or "")
         review["fingerprint"] = verdict.fingerprint
-    elif verdict.should_file:
+    elif prepare and verdict.should_file:
         draft = engine.pm.hook.loop_draft_issue(bundle=bundle, verdict=verdict)
     return Processed(path, verdict=verdict, failure=True, draft=draft, occurrence=occurrence,
                      review=review, anchor=anchor)
@@ -163,6 +168,10 @@ FLUSH_SECONDS = 0.25  # the longest a failure waits in a batch before it is file
 
 def _process(path: str | Path, engine: Engine) -> Processed:
     return process_bundle(Path(path), engine)
+
+
+def _process_for_dry_run(path: str | Path, engine: Engine) -> Processed:
+    return process_bundle(Path(path), engine, prepare=False)
 
 
 class _Anchors:
@@ -230,7 +239,8 @@ def run_captures(
     index = ConsensusIndex()
     anchors = _Anchors()
     try:
-        for done, item in enumerate(engine_map(_process, found, engine, jobs=jobs, rules=rules), 1):
+        process = _process_for_dry_run if dry_run else _process
+        for done, item in enumerate(engine_map(process, found, engine, jobs=jobs, rules=rules), 1):
             summary.bundles += 1
             if item.error is not None:
                 summary.reader_errors += 1
@@ -364,16 +374,21 @@ def _route(item: Processed, summary: RunSummary, filer: _Filer, dry_run: bool) -
         summary.successes += 1
         return
     summary.by_class[verdict.failure_class.value] += 1
+    if dry_run:  # nothing was drafted (process_bundle(prepare=False)): count what a run would do
+        if verdict.failure_class is FailureClass.BENIGN_COLD_START:
+            summary.suppressed += 1
+        elif verdict.should_file:
+            summary.would_file += 1
+        return
     if verdict.failure_class is FailureClass.BENIGN_COLD_START or (item.draft is None and item.review is None):
         summary.suppressed += 1
         return
     assert item.occurrence is not None
     if item.review is not None:
-        if not dry_run:
-            filer.queue_review(item.review, item.occurrence)
+        filer.queue_review(item.review, item.occurrence)
         return
     assert item.draft is not None
-    if dry_run or filer.tracker is None:
+    if filer.tracker is None:
         summary.would_file += 1
         return
     filer.file(item.draft, item.occurrence)

@@ -191,6 +191,28 @@ def test_dry_run_writes_nothing(captures: Path) -> None:
     assert tree(captures) == before
 
 
+def test_dry_run_drafts_nothing_and_counts_what_a_run_files(captures: Path, engine: Engine) -> None:
+    from loop_core import hookimpl
+
+    drafted: list[str] = []
+
+    class Watcher:
+        @hookimpl(tryfirst=True)
+        def loop_draft_issue(self, bundle: Any, verdict: Any) -> None:
+            drafted.append(bundle.path.name)  # and falls through to the built-in drafter
+
+    engine.pm.register(Watcher())
+    for jobs in (1, 2):
+        dry = run_captures(captures, engine, None, dry_run=True, jobs=jobs).to_dict()
+        assert drafted == []
+        assert dry["would_file"] == FILEABLE and dry["by_class"] == BY_CLASS
+        assert dry["suppressed"] == EXPECTED["suppressed"] and dry["review_queued"] == 0
+    wet = run_captures(captures, engine, SqliteTracker.for_captures(captures)).to_dict()
+    assert len(drafted) == FILEABLE
+    assert wet["filed_new"] + wet["plus_one"] == dry["would_file"]
+    assert wet["suppressed"] == dry["suppressed"] and wet["by_class"] == dry["by_class"]
+
+
 # -- the spool and its replay ------------------------------------------------
 
 
