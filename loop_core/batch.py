@@ -16,10 +16,11 @@ from .jsontext import dumps_indented
 from .keys import consensus_key, dedup_key, dedup_labels
 from .verdict import Classification
 
-__all__ = ["Outcome", "classify_paths", "classify_rows", "discover_bundles", "verdict_row"]
+__all__ = ["Outcome", "classify_paths", "classify_rows", "discover_bundle_paths", "discover_bundles",
+           "verdict_row"]
 
 
-def _is_bundle_dir(path: Path) -> tuple[bool, list[Path]]:
+def _is_bundle_dir(path: str) -> tuple[bool, list[str]]:
     """Whether ``path`` holds bundle files, and else its subdirectories (sorted)."""
     names = []
     try:
@@ -32,7 +33,9 @@ def _is_bundle_dir(path: Path) -> tuple[bool, list[Path]]:
     except OSError:
         return True, []  # let the reader report it
     names.sort(key=os.path.normcase)  # the order of the paths themselves: they share a parent
-    return False, [path / name for name in names]
+    if path == os.curdir:  # as pathlib joins: Path(".") / "x" is "x"
+        return False, names
+    return False, [os.path.join(path, name) for name in names]
 
 
 def discover_bundles(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
@@ -44,9 +47,16 @@ def discover_bundles(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
     starts with ``_`` (spools such as ``_dedup-queue``) or ``.`` are skipped.
     A path given explicitly that holds neither is reported as a bundle.
     """
+    return map(Path, discover_bundle_paths(paths))
+
+
+def discover_bundle_paths(paths: Iterable[str | os.PathLike[str]]) -> Iterator[str]:
+    """:func:`discover_bundles` as plain strings (each as ``str(path)`` of the
+    ``Path`` it yields), for callers that pass them on: a pass over 10,000
+    bundles makes no ``Path`` objects."""
     for raw in paths:
-        top = Path(raw)
-        if not top.is_dir():
+        top = os.fspath(Path(raw))  # normalised once, as a Path would show it
+        if not os.path.isdir(top):
             yield top
             continue
         is_bundle, subdirs = _is_bundle_dir(top)
@@ -111,7 +121,7 @@ def classify_text(paths: Iterable[str | os.PathLike[str]], engine: Engine, *, in
     """
     from .parallel import engine_map
 
-    found = (os.fspath(path) for path in discover_bundles(paths))
+    found = discover_bundle_paths(paths)
     return engine_map(_json_element if indent else _jsonl, found, engine, jobs=jobs, rules=rules)
 
 
@@ -124,7 +134,7 @@ def classify_rows(paths: Iterable[str | os.PathLike[str]], engine: Engine, *, jo
     """
     from .parallel import engine_map
 
-    found = (os.fspath(path) for path in discover_bundles(paths))
+    found = discover_bundle_paths(paths)
     return engine_map(_row, found, engine, jobs=jobs, rules=rules)
 
 

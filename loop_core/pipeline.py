@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .batch import discover_bundles
+from .batch import discover_bundle_paths
 from .bundle import Bundle, ReadLimits, read_bundle
 from .catalog import Catalog
 from .dedup import IssueDraft, Occurrence, canonical_payload, occurrence_of, sanitize
@@ -229,7 +229,7 @@ def run_captures(
     """
     summary = RunSummary(dry_run=dry_run, tracker="" if dry_run or tracker is None else tracker.name,
                          rules_version=engine.pack.version)
-    found: Iterator[str] = (os.fspath(p) for p in discover_bundles([captures]))
+    found: Iterator[str] = discover_bundle_paths([captures])
     total = 0
     if progress is not None:
         listed = list(found)

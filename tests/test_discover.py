@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from loop_core.batch import discover_bundles
+import pytest
+
+from loop_core.batch import discover_bundle_paths, discover_bundles
 
 
 def _bundle(path: Path, name: str = "manifest.json") -> Path:
@@ -36,3 +39,17 @@ def test_a_path_given_that_is_no_bundle_is_reported_as_one(tmp_path: Path) -> No
     (tmp_path / "nothing").mkdir()
     missing = tmp_path / "missing"
     assert list(discover_bundles([tmp_path / "nothing", missing])) == [tmp_path / "nothing", missing]
+
+
+def test_the_string_paths_are_what_the_path_objects_show(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    _bundle(tmp_path / "a-model" / "20260101T000000Z")
+    _bundle(tmp_path / "b-model" / "x" / "20260101T000000Z")
+    monkeypatch.chdir(tmp_path)
+    for given in (".", "./", "a-model/", "./b-model//x", str(tmp_path) + "/", "missing/"):
+        paths = list(discover_bundle_paths([given]))
+        assert paths == [str(p) for p in discover_bundles([given])]
+        assert all(isinstance(p, str) for p in paths)
+    assert list(discover_bundle_paths(["."])) == [os.path.join("a-model", "20260101T000000Z"),
+                                                  os.path.join("b-model", "x", "20260101T000000Z")]
+    assert list(discover_bundle_paths(["a-model/"])) == [os.path.join("a-model", "20260101T000000Z")]
