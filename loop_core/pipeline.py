@@ -90,7 +90,8 @@ def process_bundle(path: Path, engine: Engine, limits: ReadLimits | None = None,
     """Read and classify one bundle and prepare what the tracker needs; never raises for bad input.
 
     :param prepare: draft the issue of a fileable failure and the review-queue
-        payload of an unknown; a dry run, which files and queues nothing, skips both.
+        payload of an unknown, and name the occurrence; a dry run, which files
+        and queues nothing, skips all three.
     """
     try:
         bundle = read_bundle(path, limits=limits)
@@ -103,7 +104,7 @@ def process_bundle(path: Path, engine: Engine, limits: ReadLimits | None = None,
         anchor = Bundle(bundle.path, bundle.schema, bundle.manifest, bundle.pt1, None, None, bundle.pt4, None)
     if not is_failure(bundle):
         return Processed(path, verdict=verdict, anchor=anchor)
-    occurrence = occurrence_of(bundle)
+    occurrence = occurrence_of(bundle) if prepare else None
     draft = review = None
     if prepare and verdict.failure_class is FailureClass.UNKNOWN:
         key = dedup_key(bundle, FailureClass.UNKNOWN.value)
