@@ -8,6 +8,7 @@ from typing import Any
 
 import pluggy
 import pytest
+from hypothesis import settings
 
 from loop_core import Bundle, Engine, make_plugin_manager
 from loop_core.testing import make_bundle, write_bundle
@@ -15,6 +16,13 @@ from loop_core.testing import make_bundle, write_bundle
 ROOT = Path(__file__).resolve().parent.parent
 RULES_D = ROOT / "rules.d"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+# Property tests explore new examples on every local run. Under CI (`.ci/run` sets
+# LOOP_RULES_HYPOTHESIS_PROFILE=ci) they draw the same ones every time, so a red CI
+# on a clean clone always reproduces; a failure prints the example to replay.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.load_profile(os.environ.get("LOOP_RULES_HYPOTHESIS_PROFILE", "default"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
