@@ -54,16 +54,12 @@ def _emit(value: Any, out: list[str], newline: str, escape: Callable[[str], str]
         if not value:
             out.append("{}")
             return
+        if any(type(key) is not str for key in value):
+            raise _Unsupported  # json converts such keys (and may refuse to sort them)
         inner = newline + INDENT
-        items = value.items()
-        if sort_keys:
-            if any(type(key) is not str for key in value):
-                raise _Unsupported  # json converts such keys (and may refuse to sort them)
-            items = sorted(items)
+        items = sorted(value.items()) if sort_keys else value.items()
         sep = "{" + inner
         for key, item in items:
-            if type(key) is not str:
-                raise _Unsupported
             out.append(sep)
             out.append(escape(key))
             out.append(": ")
