@@ -8,6 +8,9 @@ lines, the same three labels, the same verify-before-+1. What differs:
 - every occurrence is counted at most once: the issue body records the first
   submission and every +1 comment carries its own, so a rerun or a spool
   replay answers ``already-counted`` instead of commenting again;
+- a +1 comment counts only when ``gh`` says this account wrote it or its
+  author can write to the repository: anyone can comment on a public
+  issue, and a forged +1 would otherwise mark a submission as counted;
 - creates are paced under GitHub's secondary limits and capped per run;
 - any ``gh`` failure, an unreadable ``gh`` answer included (§8.4.6), degrades
   to the spool (``<captures>/_dedup-queue/<hash>.json``), so nothing is lost;
@@ -45,6 +48,8 @@ _FIRST_SUBMISSION = re.compile(r"<!-- loop-rules first-submission: ([A-Za-z0-9._
 _SAFE_SUBMISSION = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _ISSUE_URL = re.compile(r"/issues/(\d+)$")
 _OUTAGE = (124, 127)
+# GitHub's authorAssociation values of people who can write to the repository.
+_WRITERS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
 
 _CLASS_COLORS = {
     "genuine-oom": "b60205", "overlay-arch-drift": "d93f0b", "kernel-unsupported": "5319e7",
@@ -250,7 +255,9 @@ class GitHubTracker:
                 comments = self._all_comments(issue["number"])
             seen = {m.group(1) for m in _FIRST_SUBMISSION.finditer(body)}
             for c in comments:
-                submission = plus_one_submission(c.get("body") or "") if isinstance(c, dict) else None
+                if not isinstance(c, dict) or not _trusted(c):
+                    continue
+                submission = plus_one_submission(c.get("body") or "")
                 if submission:
                     seen.add(submission)
             self._issues[_cache_key(draft)] = (issue["number"], seen)
@@ -335,6 +342,20 @@ class GitHubTracker:
             raise TrackerError(f"{self.spool.directory}: cannot spool {draft.dedup_hash}: {e}") from e
         # Already in the spool is still pending, not counted: a replay must keep the file.
         return FileResult(FileAction.SPOOLED, draft.dedup_hash, None, reason, result.spool_path)
+
+
+def _trusted(comment: dict[str, Any]) -> bool:
+    """Whether a comment's +1 may count: this account wrote it, or someone who can
+    write to the repository did.
+
+    ``gh`` says both (``viewerDidAuthor``, ``authorAssociation``). A ``gh`` too
+    old to say who wrote a comment is trusted as before: ignoring this
+    account's own +1s would count every occurrence again on each run.
+    """
+    mine = comment.get("viewerDidAuthor")
+    if mine is None:
+        return True
+    return mine is True or comment.get("authorAssociation") in _WRITERS
 
 
 def _cache_key(draft: IssueDraft) -> tuple[str, ...]:

@@ -80,7 +80,8 @@ def gh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeGh:
     fake = FakeGh(tmp_path / "gh-state.json", tmp_path / "gh-log.jsonl", monkeypatch)
     monkeypatch.setenv("FAKE_GH_STATE", str(fake.state_path))
     monkeypatch.setenv("FAKE_GH_LOG", str(fake.log_path))
-    monkeypatch.delenv("FAKE_GH_MODE", raising=False)
+    for name in ("FAKE_GH_MODE", "FAKE_GH_USER", "FAKE_GH_ASSOCIATION"):
+        monkeypatch.delenv(name, raising=False)
     return fake
 
 
@@ -264,6 +265,45 @@ def test_issue_with_more_than_100_comments_is_read_in_full(gh: FakeGh, captures:
     assert [c[:2] for c in gh.calls()] == [["label", "list"], ["issue", "list"], ["issue", "view"]]
     assert len(gh.issues()[0]["comments"]) == 120
 
+
+
+@pytest.mark.parametrize("filler", [0, 100], ids=["in-list", "beyond-100-comments"])
+def test_a_plus_one_counts_only_from_this_account_or_a_maintainer(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, filler: int) -> None:
+    # Anyone can comment on a public issue: a forged +1 must not mark a submission as counted.
+    draft, first = failure()
+    forged, vouched = (failure(ts=ts)[1] for ts in ("20260901T000000Z", "20260902T000000Z"))
+    chatter = [{"body": "same here", "author": "passer-by", "authorAssociation": "NONE"}] * filler
+    comments = chatter + [
+        {"body": plus_one_comment(draft, forged), "author": "mallory", "authorAssociation": "CONTRIBUTOR"},
+        {"body": plus_one_comment(draft, vouched), "author": "co-maintainer", "authorAssociation": "COLLABORATOR"},
+    ]
+    issue = {"number": 1, "title": draft.title, "body": first_body(draft, first), "labels": list(draft.labels),
+             "state": "open", "comments": comments}
+    gh.seed(labels={name: {} for name in draft.labels}, issues=[issue])
+    t = tracker(captures, fake_clock)
+    assert t.file(draft, vouched).action is FileAction.ALREADY_COUNTED
+    result = t.file(draft, forged)
+    assert (result.action, result.issue) == (FileAction.PLUS_ONE, 1)
+    after = gh.issues()[0]["comments"][filler:]
+    assert [c["author"] for c in after] == ["mallory", "co-maintainer", "loop-bot"]
+    assert plus_one_submission(after[-1]["body"]) == forged.submission
+
+
+def test_own_plus_ones_count_without_write_access(gh: FakeGh, captures: Path, fake_clock: FakeClock,
+                                                   failure: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_GH_ASSOCIATION", "NONE")  # this account cannot write to the repository
+    draft, first = failure()
+    _, second = failure(ts="20260802T093000Z")
+    t = tracker(captures, fake_clock)
+    assert t.file(draft, first).action is FileAction.OPENED
+    assert t.file(draft, second).action is FileAction.PLUS_ONE
+    # A later run recognises its own +1 (gh: viewerDidAuthor) and counts nothing twice ...
+    assert tracker(captures, FakeClock()).file(draft, second).action is FileAction.ALREADY_COUNTED
+    # ... while to another account without write access it is an outsider's comment.
+    monkeypatch.setenv("FAKE_GH_USER", "someone-else")
+    assert tracker(captures, FakeClock()).file(draft, second).action is FileAction.PLUS_ONE
+    assert tracker(captures, FakeClock()).file(draft, first).action is FileAction.ALREADY_COUNTED  # the body
 
 # -- degrade to the spool ----------------------------------------------------
 
