@@ -28,6 +28,7 @@ from .jsontext import dumps_indented
 from .keys import (
     SUBSTRING_LIMIT,
     DedupKey,
+    arch_label,
     dedup_key,
     dedup_labels,
     error_source,
@@ -51,6 +52,7 @@ __all__ = [
     "parse_body_tuple",
     "plus_one_comment",
     "plus_one_submission",
+    "published_labels",
     "sanitize",
     "scrub_secrets",
 ]
@@ -306,10 +308,29 @@ class IssueDraft:
         """
         canonical = payload["canonical"]
         key = DedupKey(*canonical["tuple_ordered"])
-        labels = tuple(str(label) for label in payload["labels"])
+        labels = tuple(_published_arch_label(key) if str(label).startswith(_ARCH) else str(label)
+                       for label in payload["labels"])
         return cls(str(payload["dedup_hash"]), key, str(key.failure_class),
                    sanitize(payload["title"], inline=True)[:TITLE_LIMIT],
                    _sanitize_outside_tuple_block(str(payload["body"]))[:BODY_LIMIT], labels, canonical)
+
+
+_ARCH = "arch:"
+
+
+def _published_arch_label(key: DedupKey) -> str:
+    """The ``arch:`` label as a tracker shows it: made from the architecture scrubbed
+    of secrets. The slug keeps letters and digits, so an address or a user name in
+    the architecture would otherwise reach a public label only re-punctuated."""
+    return arch_label(scrub_secrets(str(key.arch_family)))
+
+
+def published_labels(key: DedupKey) -> tuple[str, str, str]:
+    """:func:`~loop_core.keys.dedup_labels` as an issue carries them: the same three,
+    the ``arch:`` one made from the scrubbed architecture (the same label unless it
+    held a secret)."""
+    dedup, failure_class, _arch = dedup_labels(key)
+    return dedup, failure_class, _published_arch_label(key)
 
 
 def _sanitize_outside_tuple_block(body: str) -> str:
@@ -342,7 +363,7 @@ def draft_issue(bundle: Bundle, verdict: Classification, *, evidence: str | None
     """
     key = dedup_key(bundle, verdict.failure_class.value)
     digest = key.digest()
-    labels = dedup_labels(key)
+    labels = published_labels(key)
     canonical = canonical_payload(bundle, key)
     model = sanitize(bundle.manifest.get("model") or "<unknown-model>", inline=True)
     head = "\n".join([

@@ -36,7 +36,7 @@ from loop_core.dedup import (
     sanitize,
     scrub_secrets,
 )
-from loop_core.keys import dedup_key
+from loop_core.keys import arch_label, dedup_key
 from loop_core.testing import make_bundle
 from loop_core.view import View
 
@@ -308,13 +308,16 @@ def leaked(secret: str, *texts: str) -> bool:
 def assert_no_secret(bundle: Bundle, draft: IssueDraft, secret: str) -> None:
     comment = plus_one_comment(draft, occurrence_of(bundle))
     assert not leaked(secret, draft.title, draft.body, comment, *draft.labels), secret
+    # The arch: label keeps only letters and digits: a secret shows there re-punctuated.
+    slugged = arch_label(secret).removeprefix("arch:")[:12]
+    assert slugged not in draft.labels[2], (secret, draft.labels[2])
 
 
 @pytest.mark.parametrize("kind", sorted(SECRETS))
 def test_secrets_never_reach_the_issue(engine: Engine, kind: str) -> None:
     secret = SECRETS[kind]
     line = CONTEXT[kind].format(secret)
-    for where in ("excerpt-first", "excerpt-last", "model", "manifest"):
+    for where in ("excerpt-first", "excerpt-last", "model", "manifest", "arch"):
         kw: dict[str, Any] = {}
         if where == "excerpt-first":
             kw["excerpt"] = f"{line}\n{OOM}"
@@ -322,8 +325,10 @@ def test_secrets_never_reach_the_issue(engine: Engine, kind: str) -> None:
             kw["excerpt"] = f"{OOM}\nRuntimeError: {line}"
         elif where == "model":
             kw["model"] = f"acme/{line}"
-        else:  # fields that only the +1 comment shows
+        elif where == "manifest":  # fields that only the +1 comment shows
             kw["manifest"] = {"club3090_commit": line, "utc_ts": line}
+        else:  # the architecture, which names the arch: label
+            kw["arch"] = line
         bundle, verdict, draft, evidence = render(engine, **kw)
         check(bundle, verdict, draft, evidence)
         assert_no_secret(bundle, draft, secret)
@@ -374,6 +379,17 @@ def test_the_tuple_still_verifies_when_the_key_holds_a_secret(engine: Engine) ->
     assert round_trip.key == key and body_tuple_matches(round_trip.body, round_trip.key)
 
 
+
+
+def test_a_replayed_spool_file_gets_the_scrubbed_arch_label(engine: Engine) -> None:
+    """The reference wrote the arch: label of the raw architecture into its spool files."""
+    arch = f"Llama owned by {SECRETS['email']}"
+    bundle, verdict, draft, _evidence = render(engine, arch=arch)
+    assert draft.labels[2] == "arch:llama-owned-by-email"
+    payload = json.loads(json.dumps(draft.spool_payload()))
+    payload["labels"][2] = arch_label(arch)
+    assert "carol-smith" in payload["labels"][2]
+    assert IssueDraft.from_spool(payload).labels == draft.labels
 
 @pytest.mark.parametrize("between", ["==", "=x=", "/", "=A1/+="])
 def test_two_aws_secrets_run_together_are_both_scrubbed(engine: Engine, between: str) -> None:
