@@ -87,27 +87,45 @@ def collect(
     """Call a ``register`` hook on every plugin; return name -> (item, plugin name).
 
     Each implementation gets its own callback so a duplicate can name both
-    plugins.
+    plugins, and is called through the plugin manager (a subset caller of
+    that plugin alone), so ``LOOP_RULES_TRACE_HOOKS`` traces it like any hook,
+    the callback naming the plugin.
     """
     found: dict[str, tuple[T, str]] = {}
-    hook = getattr(pm.hook, hook_name)
-    for impl in sorted(hook.get_hookimpls(), key=lambda i: i.plugin_name):
-        def register(item: T, _plugin: str = impl.plugin_name) -> None:
-            name = key(item)
-            if name in found:
-                raise PluginError(
-                    f"{what} {name!r} registered twice: by plugin {found[name][1]!r} "
-                    f"and by plugin {_plugin!r}"
-                )
-            found[name] = (item, _plugin)
 
+    def add(item: T, plugin: str) -> None:
+        name = key(item)
+        if name in found:
+            raise PluginError(f"{what} {name!r} registered twice: by plugin {found[name][1]!r} "
+                              f"and by plugin {plugin!r}")
+        found[name] = (item, plugin)
+
+    impls = sorted(getattr(pm.hook, hook_name).get_hookimpls(), key=lambda i: i.plugin_name)
+    for impl in impls:
+        others = [other.plugin for other in impls if other is not impl]
         try:
-            impl.function(register=register)
+            pm.subset_hook_caller(hook_name, remove_plugins=others)(register=_Register(impl.plugin_name, add))
         except PluginError:
             raise
         except Exception as e:
             raise PluginError(f"plugin {impl.plugin_name!r}: {hook_name} failed: {e!r}") from e
     return found
+
+
+class _Register:
+    """The ``register`` callback one plugin receives (its repr names the plugin in traces)."""
+
+    __slots__ = ("plugin", "_add")
+
+    def __init__(self, plugin: str, add: Callable[[Any, str], None]) -> None:
+        self.plugin = plugin
+        self._add = add
+
+    def __call__(self, item: Any) -> None:
+        self._add(item, self.plugin)
+
+    def __repr__(self) -> str:
+        return f"<register for plugin {self.plugin!r}>"
 
 
 def plugin_report(pm: pluggy.PluginManager) -> list[dict[str, Any]]:

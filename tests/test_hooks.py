@@ -536,3 +536,18 @@ def test_hook_loop_register_trackers_duplicate_names_both_plugins(
     assert result.exit_code == 2
     assert result.stderr == ("Error: tracker 'sqlite' registered twice: by plugin 'acme-trackers' "
                              "and by plugin 'loop_rules.trackers'\n")
+
+
+def test_trace_shows_every_hook_call_registration_included(capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOP_RULES_TRACE_HOOKS", "1")
+    from loop_core import make_plugin_manager
+
+    engine = Engine.build("default", make_plugin_manager(entry_points=False))
+    engine.pm.hook.loop_draft_issue(bundle=make_bundle({"pt3": {"failure_log_excerpt": "CUDA out of memory"}}),
+                                    verdict=engine.classify(make_bundle({})))
+    err = capsys.readouterr().err
+    for plugin in ("loop_rules.tier1", "loop_rules.tier2"):  # one traced call per plugin, each named
+        assert f"loop_register_matchers [hook]\n      register: <register for plugin '{plugin}'>" in err
+    assert "register: <register for plugin 'loop_rules.packs'>" in err
+    assert "loop_draft_issue [hook]" in err and "finish loop_draft_issue" in err
