@@ -11,6 +11,9 @@ lines, the same three labels, the same verify-before-+1. What differs:
 - a +1 comment counts only when ``gh`` says this account wrote it or its
   author can write to the repository: anyone can comment on a public
   issue, and a forged +1 would otherwise mark a submission as counted;
+- an issue another run opened for the same failure while this one ran is
+  found right after opening: the occurrence is counted there and the
+  duplicate closed;
 - creates are paced under GitHub's secondary limits and capped per run;
 - any ``gh`` failure, an unreadable ``gh`` answer included (§8.4.6), degrades
   to the spool (``<captures>/_dedup-queue/<hash>.json``), so nothing is lost;
@@ -224,9 +227,9 @@ class GitHubTracker:
             r = self._gh(argv)
             if r.ok:
                 number = _issue_number(r.stdout)
-                if number is not None:
-                    self._issues[_cache_key(draft)] = (number, {occurrence.submission})
-                return FileResult(FileAction.OPENED, draft.dedup_hash, number, "opened-new")
+                if number is None:
+                    return FileResult(FileAction.OPENED, draft.dedup_hash, None, "opened-new")
+                return self._settle(draft, occurrence, number)
             if r.returncode != 124 or attempt == 2:
                 self._fail("issue-create", r)
             # A timed-out create may have landed: look before creating again.
@@ -237,6 +240,47 @@ class GitHubTracker:
                     return FileResult(FileAction.OPENED, draft.dedup_hash, number, "opened-new (create timed out)")
                 return self._count(draft, occurrence, number, seen)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _settle(self, draft: IssueDraft, occurrence: Occurrence, number: int) -> FileResult:
+        """After opening issue ``number``: keep it, unless another run opened the same
+        failure's issue first.
+
+        Labels are listed once per run, so a run that started before another
+        opened an issue for this failure does not look it up and opens one of its
+        own. Listing the label again settles it: the lowest-numbered verified
+        issue is the failure's issue (as every later lookup says), so when that is
+        another one, the occurrence is counted there with a +1 and this issue is
+        closed as its duplicate. A failed listing keeps this issue: the occurrence
+        is on it (first-submission marker), and later runs count on the lowest.
+        """
+        mine = (number, {occurrence.submission})
+        opened = FileResult(FileAction.OPENED, draft.dedup_hash, number, "opened-new")
+        try:
+            found = self._lookup(draft)
+        except _Degraded:
+            self._issues[_cache_key(draft)] = mine
+            return opened
+        if found is None or found[0] >= number:  # the first, or the listing does not show it yet
+            self._issues[_cache_key(draft)] = mine
+            return opened
+        first, seen = found
+        result = self._count(draft, occurrence, first, seen)
+        closed = self._close_duplicate(number, first)
+        return FileResult(result.action, draft.dedup_hash, first,
+                          f"{result.reason}; opened #{number} at the same time as another run opened "
+                          f"#{first}: " + (f"closed #{number} as its duplicate" if closed
+                                          else f"could not close #{number}"))
+
+    def _close_duplicate(self, number: int, first: int) -> bool:
+        """Close issue ``number`` as a duplicate of ``first`` (best effort: False on failure)."""
+        try:
+            self._before_create()  # the closing comment is a create
+        except _Degraded:
+            return False
+        r = self._gh(["issue", "close", str(number), "--reason", "not planned", "--comment",
+                      f"Duplicate of #{first}: two loop-rules runs opened an issue for this failure at the "
+                      f"same time. Its occurrences are counted on #{first}."])
+        return r.ok
 
     def _lookup(self, draft: IssueDraft) -> tuple[int, set[str]] | None:
         """The first (lowest-numbered) issue with the dedup label whose body tuple verifies."""

@@ -141,6 +141,17 @@ def spooled(captures: Path, draft: IssueDraft) -> list[str]:
     return [o["submission"] for o in json.loads(path.read_text(encoding="utf-8"))["occurrences"]]
 
 
+def failing(*command: str) -> Any:
+    """A runner: the real ``gh`` (the fake on PATH), except that ``command`` calls fail."""
+
+    def run(argv: list[str], timeout: float) -> GhResult:
+        if argv[: len(command)] == list(command):
+            return GhResult(False, 1, "", "HTTP 502: simulated")
+        return run_gh(argv, timeout=timeout)
+
+    return run
+
+
 def first_body(draft: IssueDraft, occurrence: Occurrence) -> str:
     return draft.body + f"\n\n<!-- loop-rules first-submission: {occurrence.submission} -->"
 
@@ -184,6 +195,8 @@ def test_first_filing_exact_command_lines(gh: FakeGh, captures: Path, fake_clock
          "loop-rules architecture family: llamaforcausallm", *r],
         ["issue", "create", "--title", draft.title, "--body", first_body(draft, occ),
          "--label", dedup, "--label", cls, "--label", arch, *r],
+        # Did another run open this failure's issue meanwhile? (see the settle tests below)
+        ["issue", "list", "--label", dedup, "--state", "all", "--limit", "100", "--json", "number,body,comments", *r],
     ]
     [issue] = gh.issues()
     assert issue["title"] == draft.title and issue["labels"] == list(draft.labels)
@@ -199,7 +212,7 @@ def test_without_repo_no_dash_r_and_existing_labels_are_not_recreated(
     calls = gh.calls()
     assert all("-R" not in c for c in calls)
     assert [c[:3] for c in calls] == [["label", "list", "--limit"], ["label", "create", draft.labels[0]],
-                                      ["issue", "create", "--title"]]
+                                      ["issue", "create", "--title"], ["issue", "list", "--label"]]
     assert len(gh.issues("local/repo")) == 1
 
 
@@ -245,7 +258,8 @@ def test_hash_label_alone_never_gives_a_plus_one(gh: FakeGh, captures: Path, fak
     gh.seed(labels={name: {} for name in draft.labels}, issues=[impostor])
     result = tracker(captures, fake_clock).file(draft, occ)
     assert (result.action, result.issue) == (FileAction.OPENED, 8)
-    assert [c[:2] for c in gh.calls()] == [["label", "list"], ["issue", "list"], ["issue", "create"]]
+    assert [c[:2] for c in gh.calls()] == [["label", "list"], ["issue", "list"], ["issue", "create"],
+                                           ["issue", "list"]]
     issues = gh.issues()
     assert issues[0]["comments"] == [] and len(issues) == 2
     # The next occurrence finds the verified issue among both and comments there.
@@ -304,6 +318,61 @@ def test_own_plus_ones_count_without_write_access(gh: FakeGh, captures: Path, fa
     monkeypatch.setenv("FAKE_GH_USER", "someone-else")
     assert tracker(captures, FakeClock()).file(draft, second).action is FileAction.PLUS_ONE
     assert tracker(captures, FakeClock()).file(draft, first).action is FileAction.ALREADY_COUNTED  # the body
+
+
+def test_an_issue_opened_meanwhile_by_another_run_is_the_one_counted_on(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    # Run B lists the labels first (it files another failure), then run A opens an issue for
+    # failure K. B's label list does not show K's label, so B opens an issue of its own.
+    draft, first = failure()
+    _, second = failure(ts="20260802T093000Z")
+    b = tracker(captures, fake_clock)
+    assert b.file(*failure(model="acme/Unrelated-3B")).issue == 1
+    a = tracker(captures, FakeClock())
+    assert (a.file(draft, first).action, a.file(draft, first).issue) == (FileAction.OPENED, 2)
+    gh.forget_calls()
+    result = b.file(draft, second)
+    assert (result.action, result.issue) == (FileAction.PLUS_ONE, 2)
+    assert result.reason.endswith("opened #3 at the same time as another run opened #2: closed #3 as its duplicate")
+    assert [c[:2] for c in gh.calls()] == [["label", "create"], ["issue", "create"], ["issue", "list"],
+                                           ["issue", "comment"], ["issue", "close"]]
+    issues = {i["number"]: i for i in gh.issues()}
+    assert (issues[3]["state"], issues[3]["state_reason"]) == ("closed", "not planned")
+    assert issues[3]["comments"][0]["body"].startswith("Duplicate of #2")
+    assert [plus_one_submission(c["body"]) for c in issues[2]["comments"]] == [second.submission]
+    # Both runs, and any later one, now count on #2 and never twice.
+    for t in (b, tracker(captures, FakeClock())):
+        for occ in (first, second):
+            assert (t.file(draft, occ).action, t.file(draft, occ).issue) == (FileAction.ALREADY_COUNTED, 2)
+    _, third = failure(ts="20260803T093000Z")
+    assert (a.file(draft, third).action, a.file(draft, third).issue) == (FileAction.PLUS_ONE, 2)
+
+
+def test_a_failed_settle_listing_keeps_the_new_issue(captures: Path, fake_clock: FakeClock, failure: Any,
+                                                     gh: FakeGh) -> None:
+    draft, first = failure()
+    _, second = failure(ts="20260802T093000Z")
+    t = tracker(captures, fake_clock, runner=failing("issue", "list"))
+    result = t.file(draft, first)
+    assert (result.action, result.issue, result.reason) == (FileAction.OPENED, 1, "opened-new")
+    assert t.file(draft, second).action is FileAction.PLUS_ONE  # counted on the issue it opened
+    assert t.file(draft, first).action is FileAction.ALREADY_COUNTED
+    assert [len(i["comments"]) for i in gh.issues()] == [1]
+
+
+def test_a_failed_plus_one_while_settling_spools_and_the_replay_counts_it_once(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    draft, first = failure()
+    _, second = failure(ts="20260802T093000Z")
+    b = tracker(captures, fake_clock, runner=failing("issue", "comment"))
+    b.file(*failure(model="acme/Unrelated-3B"))
+    assert tracker(captures, FakeClock()).file(draft, first).issue == 2
+    assert b.file(draft, second).action is FileAction.SPOOLED  # opened #3, could not count on #2
+    assert spooled(captures, draft) == [second.submission]
+    replay = replay_spool(SpoolTracker(captures), tracker(captures, FakeClock()))
+    assert [r.action for one in replay for r in one.results] == [FileAction.PLUS_ONE]
+    assert [plus_one_submission(c["body"]) for c in gh.issues()[1]["comments"]] == [second.submission]
+    assert replay_spool(SpoolTracker(captures), tracker(captures, FakeClock())) == []
 
 # -- degrade to the spool ----------------------------------------------------
 
@@ -463,7 +532,7 @@ def test_gh_calls_scale_with_distinct_failures_not_bundles(gh: FakeGh, captures:
             t.file(*failure(model=model))
     calls = gh.calls()
     assert [c[:2] for c in calls].count(["label", "list"]) == 1
-    assert len(calls) <= 1 + 4 * len(keys)  # label list once; per key at most 3 labels and 1 create
+    assert len(calls) <= 1 + 5 * len(keys)  # label list once; per key at most 3 labels, 1 create, 1 settle
     assert len(gh.issues()) == 3
 
     # 30 distinct submissions: one write each is unavoidable, reads stay per key.
