@@ -26,6 +26,7 @@ from typing import Any
 from .bundle import Bundle
 from .jsontext import dumps_indented
 from .keys import (
+    ARCH_PREFIX,
     SUBSTRING_LIMIT,
     DedupKey,
     arch_label,
@@ -308,14 +309,11 @@ class IssueDraft:
         """
         canonical = payload["canonical"]
         key = DedupKey(*canonical["tuple_ordered"])
-        labels = tuple(_published_arch_label(key) if str(label).startswith(_ARCH) else str(label)
+        labels = tuple(_published_arch_label(key) if str(label).startswith(ARCH_PREFIX) else str(label)
                        for label in payload["labels"])
         return cls(str(payload["dedup_hash"]), key, str(key.failure_class),
                    sanitize(payload["title"], inline=True)[:TITLE_LIMIT],
                    _sanitize_outside_tuple_block(str(payload["body"]))[:BODY_LIMIT], labels, canonical)
-
-
-_ARCH = "arch:"
 
 
 def _published_arch_label(key: DedupKey) -> str:

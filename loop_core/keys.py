@@ -38,7 +38,7 @@ SUBSTRING_LIMIT = 240
 # GitHub refuses labels longer than 50 characters (CONTRACTS §8.4.2); the
 # reference keeps 48 characters after "arch:" and so overflows. We keep 45.
 LABEL_LIMIT = 50
-_ARCH_PREFIX = "arch:"
+ARCH_PREFIX = "arch:"
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
 
 
@@ -228,8 +228,8 @@ def arch_label(arch_family: Any) -> str:
     """§5.2 ``arch:`` label, cut so the whole label fits GitHub's 50 characters."""
     slug = _NON_ALNUM.sub("-", str(arch_family).lower()).strip("-")
     slug = re.sub("-{2,}", "-", slug)
-    slug = slug[: LABEL_LIMIT - len(_ARCH_PREFIX)].strip("-")
-    return _ARCH_PREFIX + slug
+    slug = slug[: LABEL_LIMIT - len(ARCH_PREFIX)].strip("-")
+    return ARCH_PREFIX + slug
 
 
 def dedup_labels(key: DedupKey) -> tuple[str, str, str]:
