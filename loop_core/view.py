@@ -8,7 +8,7 @@ per bundle, so a pack that never asks for ``all_text`` never builds it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .bundle import Bundle
@@ -130,6 +130,24 @@ def _error_kind(line: str) -> int:
     return 1 if _ERROR_TAG.match(message) else 0
 
 
+TAIL_CHUNK = 2048  # characters split at a time by reversed_lines
+
+
+def reversed_lines(text: str, chunk: int = TAIL_CHUNK) -> Iterator[str]:
+    """``reversed(text.splitlines())``, splitting only as much of the end as is read.
+
+    The final error is nearly always in a log's last lines, so the text is
+    split a ``chunk`` at a time from the end, each piece cut just after a
+    newline: every line boundary ``splitlines`` knows (``\\r\\n`` included)
+    then falls inside one piece, and the pieces' lines are the text's.
+    """
+    end = len(text)
+    while end > 0:
+        cut = text.rfind("\n", 0, end - chunk) + 1 if end > chunk else 0
+        yield from reversed(text[cut:end].splitlines())
+        end = cut
+
+
 def _final_error(bundle: Bundle) -> str:
     """The final error line of the error text.
 
@@ -139,7 +157,7 @@ def _final_error(bundle: Bundle) -> str:
     """
     text = error_source(bundle)[1]
     tagged = last = None
-    for raw in reversed(text.splitlines()):
+    for raw in reversed_lines(text):
         line = raw.strip()
         if not line:
             continue

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from loop_core.testing import make_bundle
-from loop_core.view import View
+from loop_core.view import View, reversed_lines
 
 
 def final_error(text: str) -> str:
@@ -105,3 +107,19 @@ def test_views_of_one_bundle_compute_a_signal_once(monkeypatch: pytest.MonkeyPat
     assert View.of(other).signal("final_error") == "ValueError: bad"
     assert View.of(bundle).signal("final_error") == "RuntimeError: boom"  # the latest was `other`
     assert calls == [bundle, other, bundle]
+
+
+# Every line boundary str.splitlines knows, and text around them.
+_PIECES = st.sampled_from(["\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028",
+                           "\u2029", "", " ", "x", "RuntimeError: boom", "\u00e9\u00e9"])
+
+
+@given(st.lists(_PIECES, max_size=60).map("".join), st.integers(min_value=1, max_value=40))
+def test_reversed_lines_are_the_text_lines_backwards(text: str, chunk: int) -> None:
+    assert list(reversed_lines(text, chunk)) == list(reversed(text.splitlines()))
+
+
+def test_the_final_error_is_found_far_from_the_end() -> None:
+    # The error is followed by more lines than one tail chunk holds.
+    text = "start\nValueError: early\n" + "INFO shutting down worker\n" * 400
+    assert final_error(text) == "ValueError: early"
