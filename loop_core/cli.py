@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -90,11 +91,36 @@ def cli() -> None:
     """
 
 
-def jobs_option(f: F) -> F:
-    return click.option(
-        "--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
-        help="Worker processes for reading and classifying (output stays in discovery order).",
-    )(f)
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the platform says)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+class Jobs(click.ParamType):
+    """``--jobs``: a number of worker processes, or ``auto`` for one per usable CPU."""
+
+    name = "N|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            jobs = value
+        elif str(value).strip().lower() == "auto":
+            return usable_cpus()
+        else:
+            try:
+                jobs = int(str(value).strip())
+            except ValueError:
+                self.fail(f"{value!r} is not a number of processes or 'auto'", param, ctx)
+        if jobs < 1:
+            self.fail(f"{jobs} is less than 1 (1: one process, 'auto': one per CPU)", param, ctx)
+        return jobs
+
+
+def jobs_option(help: str) -> Callable[[F], F]:
+    return click.option("--jobs", "-j", type=Jobs(), default=1, show_default=True, metavar="N|auto",
+                        help=help + " auto: one per CPU this process may use.")
 
 
 @cli.command()
@@ -102,7 +128,7 @@ def jobs_option(f: F) -> F:
 @rules_option
 @catalog_option
 @format_option("table", "json", "jsonl")
-@jobs_option
+@jobs_option("Worker processes for reading and classifying (output stays in discovery order).")
 @_guard
 def classify(paths: tuple[Path, ...], rules: str, catalog: Path | None, fmt: str, jobs: int) -> None:
     """Classify every bundle under PATHS.
@@ -592,8 +618,7 @@ def _tracker(name: str, captures: Path, repo: str | None) -> Any:
 @click.option("--catalog", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Curated-model catalog for the trust pipeline.")
 @click.option("--dry-run", is_flag=True, help="Classify and count, but file and queue nothing.")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Worker processes for reading and classifying (filing stays in one process).")
+@jobs_option("Worker processes for reading and classifying (filing stays in one process).")
 @click.option("--batch", type=click.IntRange(min=1), default=256, show_default=True,
               help="Failures filed per tracker transaction, and unknowns per review-queue write; a "
                    "batch also goes out after 0.25 s. 1 writes each one at once.")

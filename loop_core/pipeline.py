@@ -29,7 +29,6 @@ few hundred bytes per anchor, aside).
 
 from __future__ import annotations
 
-import os
 import pickle
 import tempfile
 import time
@@ -394,6 +393,3 @@ def _route(item: Processed, summary: RunSummary, filer: _Filer, dry_run: bool) -
         return
     filer.file(item.draft, item.occurrence)
 
-
-def cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

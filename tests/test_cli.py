@@ -136,6 +136,23 @@ def test_classify_jobs_2_prints_what_jobs_1_prints(tmp_path: Path) -> None:
     assert len(one.output.splitlines()) > 10
 
 
+def test_jobs_auto_is_one_per_usable_cpu_and_a_bad_count_is_named(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import loop_core.cli as cli_module
+    from loop_core.testing import make_bundle, write_bundle
+
+    monkeypatch.setattr(cli_module, "usable_cpus", lambda: 3)
+    assert [cli_module.Jobs().convert(v, None, None) for v in ("auto", " AUTO ", "2", 4)] == [3, 3, 2, 4]
+    for i in range(4):
+        write_bundle(tmp_path / f"model-{i}" / "20260801T000000Z", make_bundle(OOM))
+    auto = invoke("classify", "--format", "jsonl", "-j", "auto", str(tmp_path))
+    assert auto.exit_code == 0 and auto.output == invoke("classify", "--format", "jsonl", str(tmp_path)).output
+    for bad, message in (("0", "0 is less than 1"), ("-2", "-2 is less than 1"),
+                         ("lots", "'lots' is not a number of processes or 'auto'")):
+        for command in (("classify", str(tmp_path)), ("run", "--dry-run", str(tmp_path))):
+            result = invoke(*command, "--jobs", bad)
+            assert result.exit_code == 2 and "Invalid value for '--jobs'" in result.output, result.output
+            assert message in result.output
+
 def test_the_json_array_is_streamed_byte_for_byte(capsys) -> None:  # type: ignore[no-untyped-def]
     from loop_core.cli import _classify_table, _emit_rows
 
