@@ -164,6 +164,11 @@ class RunSummary:
 
 ANCHORS_IN_MEMORY = 2048  # success anchors kept in memory for the trust pass; later ones are spilled
 FLUSH_SECONDS = 0.25  # the longest a failure waits in a batch before it is filed
+# A review batch written slower than this per file (its syncs wait on the disk), and
+# in more than REVIEW_STALL seconds in all, sends later batches to a background thread
+# (see _Filer).
+REVIEW_SYNC_LIMIT = 0.0003
+REVIEW_STALL = 0.01
 
 
 def _process(path: str | Path, engine: Engine) -> Processed:
@@ -273,10 +278,15 @@ class _Filer:
     the batches in progress (which the rerun files) and a concurrent reader
     sees the run's progress.
 
-    Review-queue batches are written by one background thread, so their file
-    syncs (waits on the disk) overlap the classification of the next bundles.
-    Batches are written in order, one at a time: the next waits for the one
-    before, whose counts (or error) arrive then. The tracker is only ever
+    Review-queue batches are written in the caller's thread while writing
+    them is quick. Where a batch's files take longer than
+    :data:`REVIEW_SYNC_LIMIT` each (a disk whose syncs wait, and a stall
+    longer than :data:`REVIEW_STALL`), later batches
+    are written by one background thread instead, so the syncs overlap the
+    classification of the next bundles; where syncs are quick, such a thread
+    only competes with the classification for the interpreter and slows the
+    run. Batches are written in order, one at a time: the next waits for the
+    one before, whose counts (or error) arrive then. The tracker is only ever
     called from the caller's thread (third-party trackers need not be thread-safe).
     """
 
@@ -290,6 +300,7 @@ class _Filer:
         self.pending: list[tuple[IssueDraft, Occurrence]] = []
         self.reviews: list[tuple[dict[str, Any], Occurrence]] = []
         self.since = 0.0
+        self._background = False  # set once a batch written in this thread was slow
         self._writer: ThreadPoolExecutor | None = None
         self._writing: Future[list[tuple[bool, Path]]] | None = None
 
@@ -323,9 +334,16 @@ class _Filer:
             assert self.review is not None
             reviews, self.reviews = self.reviews, []
             self._collect()  # one batch in flight at a time, in order
-            if self._writer is None:
-                self._writer = ThreadPoolExecutor(1, thread_name_prefix="loop-rules-review")
-            self._writing = self._writer.submit(self.review.add_many, reviews)
+            if self._background:
+                if self._writer is None:
+                    self._writer = ThreadPoolExecutor(1, thread_name_prefix="loop-rules-review")
+                self._writing = self._writer.submit(self.review.add_many, reviews)
+            else:
+                started = time.monotonic()
+                written = self.review.add_many(reviews)
+                took = time.monotonic() - started
+                self._background = took > max(REVIEW_SYNC_LIMIT * len(reviews), REVIEW_STALL)
+                self._count_reviews(written)
         if not self.pending:
             return
         assert self.many is not None
@@ -347,9 +365,11 @@ class _Filer:
     def _collect(self) -> None:
         """Wait for the review batch in flight and count it."""
         writing, self._writing = self._writing, None
-        if writing is None:
-            return
-        for added, _path in writing.result():
+        if writing is not None:
+            self._count_reviews(writing.result())
+
+    def _count_reviews(self, written: list[tuple[bool, Path]]) -> None:
+        for added, _path in written:
             if added:
                 self.summary.review_queued += 1
             else:

@@ -502,14 +502,20 @@ def test_anchors_spilled_to_disk_give_the_same_trust_counts(captures: Path, engi
     assert summary.would_file == FILEABLE
 
 
-def test_review_batches_are_written_off_the_callers_thread_in_order(captures: Path, engine: Engine,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("disk", ["quick", "slow"])
+def test_review_batches_move_off_the_callers_thread_once_a_write_is_slow(
+        disk: str, captures: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
     from loop_core import pipeline
     from loop_core.trackers import ReviewQueue
 
     monkeypatch.setattr(pipeline, "FLUSH_SECONDS", 0.0)  # one review batch per unknown
+    if disk == "slow":  # every batch counts as slow
+        monkeypatch.setattr(pipeline, "REVIEW_SYNC_LIMIT", 0.0)
+        monkeypatch.setattr(pipeline, "REVIEW_STALL", 0.0)
+    else:
+        monkeypatch.setattr(pipeline, "REVIEW_SYNC_LIMIT", 60.0)
     calls: list[tuple[str, list[str]]] = []
     add_many = ReviewQueue.add_many
 
@@ -524,7 +530,10 @@ def test_review_batches_are_written_off_the_callers_thread_in_order(captures: Pa
     finally:
         tracker.close()
     assert summary_part(summary.to_dict()) == EXPECTED  # every batch counted by the end
-    assert len(calls) == UNKNOWN and all(name.startswith("loop-rules-review") for name, _ in calls)
+    names = [name for name, _bundles in calls]
+    assert len(calls) == UNKNOWN and names[0] == threading.current_thread().name
+    writer = [name.startswith("loop-rules-review") for name in names[1:]]
+    assert all(writer) if disk == "slow" else not any(writer)
     assert [bundles for _name, (bundles) in calls] == sorted(bundles for _name, bundles in calls)  # in order
     assert len(review_files(captures)) == UNKNOWN
     assert "loop-rules-review" not in " ".join(t.name for t in threading.enumerate())  # the writer stopped
