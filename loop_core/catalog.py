@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .errors import CatalogError
 
 __all__ = ["Catalog", "load_catalog"]
@@ -62,6 +60,8 @@ def load_catalog(path: str | os.PathLike[str] | None) -> Catalog:
     """
     if path is None:
         return Catalog()
+    import yaml  # only when there is a file to read: most runs have no catalog
+
     where = Path(path)
     try:
         doc = yaml.safe_load(where.read_text(encoding="utf-8")) or {}

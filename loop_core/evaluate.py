@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .bundle import Bundle
 from .engine import Engine
 from .errors import LoopError
@@ -58,6 +56,8 @@ def load_cases(root: str | Path, split: str = "all") -> list[Case]:
 
     :raises LoopError: a case file is invalid; the message names it.
     """
+    import yaml
+
     cases = []
     for path in sorted(Path(root).rglob("*.yml")):
         try:

@@ -9,6 +9,11 @@ that analyse and compile patterns. The next load of the same pack restores
 the analysis and compiles each pattern only when a bundle first needs it
 (it compiled without error when the entry was written).
 
+The same file keeps the pack's parsed files (``documents``) when they are
+plain JSON data, as rule files are: a start that finds them parses no YAML
+and does not even import the YAML library. Only a pack that loaded without
+a problem is saved, so restored documents are always ones that validated.
+
 The cache directory is ``$LOOP_RULES_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/loop-rules``, else ``~/.cache/loop-rules``;
 ``LOOP_RULES_CACHE=off`` turns the cache off. A file that is missing,
@@ -28,9 +33,9 @@ from typing import Any
 from .__version__ import __version__
 from .fastregex import RegexCache
 
-__all__ = ["cache_dir", "load", "save"]
+__all__ = ["PackCache", "cache_dir", "load", "save"]
 
-FORMAT = 1
+FORMAT = 2
 _CODE_KEY: str | None = None
 
 
@@ -55,7 +60,7 @@ def _code_key() -> str | None:
                                 f"{getattr(regex, '__version__', '?')}\0".encode())
         here = Path(__file__).parent
         try:
-            for name in ("fastregex.py", "conditions.py", "packcache.py"):
+            for name in ("fastregex.py", "conditions.py", "packcache.py", "rules.py"):
                 digest.update((here / name).read_bytes())
         except OSError:
             return None
@@ -71,19 +76,53 @@ def _path(content_digest: str) -> Path | None:
     return root / "packs" / f"{key}.json"
 
 
-def load(content_digest: str) -> RegexCache:
+class PackCache(RegexCache):
+    """A pack's regex analysis (see :class:`RegexCache`) and its parsed files.
+
+    ``documents`` maps each file name to what the rule-file loader parsed
+    from it, or is None when the cache holds none (a first load, or files
+    holding more than plain JSON data).
+    """
+
+    def __init__(self, entries: dict[str, Any] | None = None, *, keep: bool = True,
+                 documents: dict[str, Any] | None = None) -> None:
+        super().__init__(entries, keep=keep)
+        self.documents = documents
+
+    def remember(self, documents: dict[str, Any]) -> None:
+        """Keep a valid pack's parsed files for the next load (plain JSON data only)."""
+        if self.keep and self.documents is None and all(_plain(doc) for doc in documents.values()):
+            self.documents = dict(documents)
+            self.dirty = True
+
+
+def _plain(value: Any) -> bool:
+    """Whether JSON gives ``value`` back as it is (a YAML date, say, it would not)."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return True
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def load(content_digest: str) -> PackCache:
     """The cache for a pack whose files hash to ``content_digest`` (empty if none)."""
     path = _path(content_digest)
     if path is None:
-        return RegexCache(keep=False)
+        return PackCache(keep=False)
     entries: dict[str, Any] = {}
+    documents: dict[str, Any] | None = None
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(doc, dict) and doc.get("format") == FORMAT and isinstance(doc.get("regexes"), dict):
             entries = doc["regexes"]
-    except (OSError, ValueError):
+            if isinstance(doc.get("documents"), dict):
+                documents = doc["documents"]
+    except (OSError, ValueError, RecursionError):
         pass  # missing or damaged: analyse afresh
-    return RegexCache(entries)
+    return PackCache(entries, documents=documents)
 
 
 def save(cache: RegexCache, content_digest: str) -> Path | None:
@@ -99,7 +138,11 @@ def save(cache: RegexCache, content_digest: str) -> Path | None:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"format": FORMAT, "regexes": cache.entries}, fh)
+                data: dict[str, Any] = {"format": FORMAT, "regexes": cache.entries}
+                documents = getattr(cache, "documents", None)
+                if documents is not None:
+                    data["documents"] = documents
+                json.dump(data, fh)
             os.replace(tmp, path)
         except BaseException:
             os.unlink(tmp)

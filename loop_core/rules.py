@@ -13,6 +13,7 @@ problem is reported at once, each naming ``file[index] rule-id``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterator, Mapping
@@ -20,8 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-
-import yaml
 
 from . import packcache
 from .conditions import DEFAULT_REGEX_TIMEOUT, Condition, ConditionKind, Trace, compile_condition
@@ -156,43 +155,47 @@ class RulePack:
         return (active[pos] for pos in self.index.candidates(view))
 
 
-_FastLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+@functools.cache
+def _loaders() -> tuple[Any, Any]:
+    """``(fast, strict)`` YAML loaders, made on first use: a start whose pack comes
+    from the pack cache (:mod:`loop_core.packcache`) never imports ``yaml``.
 
-
-class _StrictLoader(_FastLoader):  # type: ignore[misc]
-    """Safe YAML that refuses duplicate keys and keeps mapping keys as the text written.
-
-    Keys stay text, so an exact-table fingerprint such as ``012345670123`` is
-    never read as a number (CONTRACTS §8.2.10). Anchors and aliases are
-    refused before construction (:func:`_refuse_aliases`).
+    The strict loader is safe YAML that refuses duplicate keys and keeps
+    mapping keys as the text written, so an exact-table fingerprint such as
+    ``012345670123`` is never read as a number (CONTRACTS §8.2.10). Anchors and
+    aliases are refused before construction (:func:`_refuse_aliases`).
     """
+    import yaml
 
-    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-        if not isinstance(node, yaml.MappingNode):
-            raise yaml.constructor.ConstructorError(
-                None, None, f"expected a mapping, found {node.id}", node.start_mark)
-        out: dict[Any, Any] = {}
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
+    fast: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class StrictLoader(fast):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            if not isinstance(node, yaml.MappingNode):
                 raise yaml.constructor.ConstructorError(
-                    None, None, "mapping keys must be plain text", key_node.start_mark)
-            key = key_node.value
-            if key in out:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark)
-            out[key] = self.construct_object(value_node, deep=deep)
-        return out
+                    None, None, f"expected a mapping, found {node.id}", node.start_mark)
+            out: dict[Any, Any] = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    raise yaml.constructor.ConstructorError(
+                        None, None, "mapping keys must be plain text", key_node.start_mark)
+                key = key_node.value
+                if key in out:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark)
+                out[key] = self.construct_object(value_node, deep=deep)
+            return out
 
-
-_StrictLoader.add_constructor(
-    "tag:yaml.org,2002:map",
-    lambda loader, node: loader.construct_mapping(node, deep=True),
-)
+    StrictLoader.add_constructor("tag:yaml.org,2002:map",
+                                 lambda loader, node: loader.construct_mapping(node, deep=True))
+    return fast, StrictLoader
 
 
 def _refuse_aliases(text: str) -> None:
     """Anchors and aliases (the alias-bomb vector) are not allowed in rule files."""
-    for event in yaml.parse(text, Loader=_FastLoader):
+    import yaml
+
+    for event in yaml.parse(text, Loader=_loaders()[0]):
         if isinstance(event, yaml.AliasEvent):
             raise yaml.constructor.ConstructorError(
                 None, None, "aliases are not allowed in rule files", event.start_mark)  # type: ignore[arg-type]
@@ -203,14 +206,16 @@ def _refuse_aliases(text: str) -> None:
 
 def load_yaml_text(text: str, name: str = "<string>") -> Any:
     """Parse YAML with the strict rule-file loader; raises ``RuleError`` naming ``name``."""
+    import yaml
+
     try:
         _refuse_aliases(text)
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_loaders()[1])  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         raise RuleError(f"{name}: invalid YAML: {_yaml_message(e)}") from e
 
 
-def _yaml_message(e: yaml.YAMLError) -> str:
+def _yaml_message(e: Exception) -> str:
     mark = getattr(e, "problem_mark", None)
     problem = getattr(e, "problem", None) or str(e)
     return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark else problem
@@ -243,36 +248,88 @@ def load_rules(
     """
     root = Path(root)
     shown = display_root if display_root is not None else root.name
-    problems = _Problems(collect_errors)
     if not root.is_dir():
         raise RuleError(f"{root}: rule pack directory not found")
     files = sorted(p for p in root.iterdir() if p.suffix in (".yml", ".yaml") and p.is_file())
     sources: dict[str, str] = {}
     digest = hashlib.sha256()
-    settings = PackSettings(name=name or root.name)
     texts: dict[str, str] = {}
+    unreadable: list[str] = []
     for path in files:
         label = f"{shown}/{path.name}" if shown else path.name
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
-            problems.add(f"{label}: cannot read: {e}")
+            unreadable.append(f"{label}: cannot read: {e}")
             continue
         texts[path.name] = text
         digest.update(path.name.encode() + b"\x1f" + text.encode() + b"\x1f")
         sources[label] = text
     content = digest.hexdigest()
-    regexes = packcache.load(content)  # the analysis of an earlier load of these very files
+    # The analysis, and the parsed files, of an earlier load of these very files.
+    regexes = packcache.load(content)
+    base = PackSettings(name=name or root.name)
+    try:
+        settings, rules, exact, parsed = _compile(texts, shown, base, kinds, collect_errors, unreadable, regexes)
+    except RuleError:
+        if not regexes.documents:
+            raise
+        # Parsed files from the cache that do not validate were changed behind the
+        # cache's key (by hand, say): the files themselves decide.
+        regexes.documents = None
+        settings, rules, exact, parsed = _compile(texts, shown, base, kinds, collect_errors, unreadable, regexes)
+    pack = RulePack(
+        name=settings.name or (name or root.name),
+        root=root,
+        rules=tuple(rules),
+        exact=MappingProxyType(exact),
+        settings=settings,
+        version=content[:12],
+        files=tuple(p.name for p in files),
+        sources=MappingProxyType(sources),
+        regexes=regexes,
+        content=content,
+    )
+    regexes.remember(parsed)
+    packcache.save(regexes, content)  # after the index analysed every regex it needs
+    return pack
+
+
+def _compile(texts: dict[str, str], shown: str, settings: PackSettings, kinds: Mapping[str, ConditionKind],
+             collect_errors: bool, unreadable: list[str], regexes: packcache.PackCache,
+             ) -> tuple[PackSettings, list[Rule], dict[str, str], dict[str, Any]]:
+    """Parse (or take from ``regexes.documents``) and validate every file of a pack:
+    ``(settings, rules, exact table, parsed files)``.
+
+    :raises RuleError: a problem (every one with ``collect_errors``).
+    """
+    problems = _Problems(collect_errors)
+    for message in unreadable:
+        problems.add(message)
+    cached = regexes.documents or {}
+    parsed: dict[str, Any] = {}
+
+    def parse(file_name: str, label: str) -> Any:
+        doc = cached[file_name] if file_name in cached else load_yaml_text(texts[file_name], label)
+        parsed[file_name] = doc
+        return doc
+
     if PACK_FILE in texts:
-        settings = _load_settings(texts.pop(PACK_FILE), f"{shown}/{PACK_FILE}", settings, problems, regexes)
+        label = f"{shown}/{PACK_FILE}"
+        try:
+            settings = _load_settings(parse(PACK_FILE, label), label, settings, problems, regexes)
+        except RuleError as e:
+            problems.add(str(e))
 
     rules: list[Rule] = []
     exact: dict[str, str] = {}
     seen_ids: dict[str, RuleSource] = {}
-    for file_name, text in texts.items():
+    for file_name in texts:
+        if file_name == PACK_FILE:
+            continue
         label = f"{shown}/{file_name}" if shown else file_name
         try:
-            doc = load_yaml_text(text, label)
+            doc = parse(file_name, label)
         except RuleError as e:
             problems.add(str(e))
             continue
@@ -304,29 +361,12 @@ def load_rules(
             f"{len(problems.items)} problem(s) in rule pack {shown}:\n" + "\n".join(problems.items),
             problems=tuple(problems.items),
         )
-    pack = RulePack(
-        name=settings.name or (name or root.name),
-        root=root,
-        rules=tuple(rules),
-        exact=MappingProxyType(exact),
-        settings=settings,
-        version=content[:12],
-        files=tuple(p.name for p in files),
-        sources=MappingProxyType(sources),
-        regexes=regexes,
-        content=content,
-    )
-    packcache.save(regexes, content)  # after the index analysed every regex it needs
-    return pack
+    return settings, rules, exact, parsed
 
 
-def _load_settings(text: str, label: str, base: PackSettings, problems: _Problems,
+def _load_settings(doc: Any, label: str, base: PackSettings, problems: _Problems,
                    regexes: RegexCache) -> PackSettings:
-    try:
-        doc = load_yaml_text(text, label) or {}
-    except RuleError as e:
-        problems.add(str(e))
-        return base
+    doc = doc or {}
     if not isinstance(doc, dict):
         problems.add(f"{label}: must be a mapping")
         return base

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,7 @@ import regex
 
 from loop_core import Engine, make_plugin_manager
 from loop_core.evaluate import case_bundle, load_cases
+from loop_core.packcache import FORMAT
 
 from .conftest import RULES_D
 
@@ -65,9 +69,59 @@ def test_a_second_start_compiles_nothing_up_front_and_decides_the_same(
     assert list((cache / "packs").glob("*.json")) == [written]
 
 
+
+def test_a_second_start_parses_no_yaml(cache: Path, pack: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import rules
+
+    cold = _build(pack)
+    (written,) = (cache / "packs").glob("*.json")
+    assert set(json.loads(written.read_text(encoding="utf-8"))["documents"]) == {p.name for p in pack.glob("*.yml")}
+
+    def no_yaml(text: str, name: str = "") -> None:
+        raise AssertionError(f"parsed {name} again")
+
+    monkeypatch.setattr(rules, "load_yaml_text", no_yaml)
+    warm = _build(pack)
+    assert warm.pack.settings == cold.pack.settings and warm.pack.exact == cold.pack.exact
+    def described(engine: Engine) -> list[tuple[object, ...]]:
+        return [(r.id, r.failure_class, r.description, r.match_examples, r.no_match_examples, r.source, r.mode)
+                for r in engine.pack.rules]
+
+    assert described(warm) == described(cold)
+    assert _verdicts(warm) == _verdicts(cold)
+
+
+def test_a_cached_start_does_not_import_yaml(cache: Path, pack: Path) -> None:
+    script = ("import sys\nfrom loop_core import Engine, make_plugin_manager\n"
+              f"Engine.build({str(pack)!r}, make_plugin_manager(entry_points=False))\n"
+              "print('yaml' in sys.modules)\n")
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                           env={**os.environ, "LOOP_RULES_CACHE_DIR": str(cache)}).stdout.strip()
+            for _ in range(2)]
+    assert runs == ["True", "False"]  # the first start parses the pack, the second does not
+
+
+def test_only_files_json_gives_back_unchanged_are_kept() -> None:
+    import datetime
+
+    from loop_core.packcache import PackCache
+
+    for odd in ({"reviewed": datetime.date(2026, 8, 1)}, {1: "a number as a key"}, {"tags": {"a", "b"}}):
+        cache = PackCache()
+        cache.remember({"10-a.yml": {"rules": []}, "20-b.yml": odd})
+        assert cache.documents is None and not cache.dirty  # parsed again at every start
+    cache = PackCache()
+    plain = {"rules": [{"id": "x", "n": 1.5, "k": 3, "on": True, "off": None, "when": {"any": []}}]}
+    cache.remember({"10-a.yml": plain})
+    assert cache.documents == {"10-a.yml": plain} and cache.dirty
+    assert json.loads(json.dumps(cache.documents)) == cache.documents
+
+
 @pytest.mark.parametrize("damage", [
     "not json at all",
-    json.dumps({"format": 1, "regexes": {"0:x": {"literals": 7}}}),
+    json.dumps({"format": FORMAT, "regexes": {"0:x": {"literals": 7}}}),
+    json.dumps({"format": FORMAT, "regexes": {}, "documents": {"10-benign.yml": {"rules": "not a list"}}}),
+    json.dumps({"format": 1, "regexes": {}}),
     json.dumps({"format": 99, "regexes": {}}),
     json.dumps([1, 2, 3]),
 ])
@@ -76,7 +130,7 @@ def test_a_damaged_cache_is_ignored_and_replaced(cache: Path, pack: Path, damage
     (path,) = (cache / "packs").glob("*.json")
     path.write_text(damage, encoding="utf-8")
     assert _verdicts(_build(pack)) == expected
-    assert json.loads(path.read_text(encoding="utf-8"))["format"] == 1
+    assert json.loads(path.read_text(encoding="utf-8"))["format"] == FORMAT
 
 
 def test_a_damaged_entry_is_analysed_again(cache: Path, pack: Path) -> None:
