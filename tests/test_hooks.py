@@ -551,3 +551,48 @@ def test_trace_shows_every_hook_call_registration_included(capsys: pytest.Captur
         assert f"loop_register_matchers [hook]\n      register: <register for plugin '{plugin}'>" in err
     assert "register: <register for plugin 'loop_rules.packs'>" in err
     assert "loop_draft_issue [hook]" in err and "finish loop_draft_issue" in err
+
+
+def test_entry_points_are_looked_for_only_where_a_distribution_declares_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from loop_core.plugins import may_declare_entry_points
+
+    site = tmp_path / "site"
+    info = site / "some_tool-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "entry_points.txt").write_text("[console_scripts]\nsome-tool = some_tool:main\n", encoding="utf-8")
+    (site / "old_tool-0.1.egg-info").write_text("Metadata-Version: 1.0\n", encoding="utf-8")  # a file, not a folder
+    monkeypatch.setattr(sys, "path", [str(site), str(tmp_path / "missing")])
+    assert not may_declare_entry_points("loop_rules")
+    assert may_declare_entry_points("console_scripts")
+    plugin = site / "Loop_Example-2.0.DIST-INFO"
+    plugin.mkdir()
+    (plugin / "entry_points.txt").write_text("[loop_rules]\nexample = loop_example\n", encoding="utf-8")
+    assert may_declare_entry_points("loop_rules")
+    # Where it cannot tell, it says yes: a zip on the path, a finder that lists distributions.
+    zipped = tmp_path / "plugins.zip"
+    zipped.write_bytes(b"PK\x05\x06" + bytes(18))
+    monkeypatch.setattr(sys, "path", [str(zipped)])
+    assert may_declare_entry_points("loop_rules")
+
+    class Finder:
+        @staticmethod
+        def find_distributions(context: object = None) -> list[object]:
+            return []
+
+    monkeypatch.setattr(sys, "path", [])
+    assert not may_declare_entry_points("loop_rules")
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, Finder()])
+    assert may_declare_entry_points("loop_rules")
+
+
+def test_a_start_without_third_party_plugins_skips_the_metadata_scan() -> None:
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom loop_core import make_plugin_manager\nmake_plugin_manager()\n"
+              "print('importlib.metadata' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
