@@ -31,7 +31,6 @@ from .keys import (
     DedupKey,
     arch_label,
     dedup_key,
-    dedup_labels,
     error_source,
     normalize_text,
 )
@@ -161,7 +160,19 @@ def sanitize(text: Any, *, inline: bool = False) -> str:
 
     ``inline`` additionally collapses newlines (for titles and table cells).
     """
-    out = scrub_secrets(str(text))
+    text = str(text)
+    if len(text) <= SCRUB_MEMO_CHARS:  # model names, rule ids: the same in many drafts
+        return _sanitize_short(text, inline)
+    return _sanitize(text, inline)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sanitize_short(text: str, inline: bool) -> str:
+    return _sanitize(text, inline)
+
+
+def _sanitize(text: str, inline: bool) -> str:
+    out = scrub_secrets(text)
     out = _CONTROLS.sub("", out.replace("\r\n", "\n").replace("\r", "\n"))
     # Again: dropping a control or bidi mark may have joined the halves of a token.
     out = scrub_secrets(out)
@@ -327,8 +338,7 @@ def published_labels(key: DedupKey) -> tuple[str, str, str]:
     """:func:`~loop_core.keys.dedup_labels` as an issue carries them: the same three,
     the ``arch:`` one made from the scrubbed architecture (the same label unless it
     held a secret)."""
-    dedup, failure_class, _arch = dedup_labels(key)
-    return dedup, failure_class, _published_arch_label(key)
+    return f"loop:dedup-{key.digest()}", f"class:{key.failure_class}", _published_arch_label(key)
 
 
 def _sanitize_outside_tuple_block(body: str) -> str:
