@@ -31,6 +31,7 @@ from .keys import (
     DedupKey,
     arch_label,
     dedup_key,
+    dedup_labels,
     error_source,
     normalize_text,
 )
@@ -338,7 +339,8 @@ def published_labels(key: DedupKey) -> tuple[str, str, str]:
     """:func:`~loop_core.keys.dedup_labels` as an issue carries them: the same three,
     the ``arch:`` one made from the scrubbed architecture (the same label unless it
     held a secret)."""
-    return f"loop:dedup-{key.digest()}", f"class:{key.failure_class}", _published_arch_label(key)
+    dedup, failure_class, _arch = dedup_labels(key)
+    return dedup, failure_class, _published_arch_label(key)
 
 
 def _sanitize_outside_tuple_block(body: str) -> str:
