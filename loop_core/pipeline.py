@@ -19,8 +19,9 @@ chunks in flight per worker). Fileable failures reach a tracker that offers
 ``file_many`` in batches of up to :data:`~loop_core.trackers.BATCH` (one
 SQLite transaction each; a batch goes out when full, after
 :data:`FLUSH_SECONDS`, and at the end); unknowns go to the review queue in
-batches on the same schedule (each failure's file written once per batch, by
-a background thread while the next bundles are classified).
+larger batches, at most :data:`REVIEW_FLUSH_SECONDS` apart (each failure's
+file written once per batch; by a background thread while the next bundles
+are classified, once the run has seen that the disk's syncs wait).
 Success anchors are indexed as they come and kept for the trust pass, beyond
 the first :data:`ANCHORS_IN_MEMORY` in an unnamed temporary file. Memory
 stays flat however many bundles the folder holds (the consensus index, a
@@ -164,6 +165,12 @@ class RunSummary:
 
 ANCHORS_IN_MEMORY = 2048  # success anchors kept in memory for the trust pass; later ones are spilled
 FLUSH_SECONDS = 0.25  # the longest a failure waits in a batch before it is filed
+# Review batches are larger (this many times the tracker's, unless that is 1) and wait
+# longer: each pays a round of file syncs, and one round over many files costs less
+# than several over few (490 new files: 45 ms in one batch, 60 ms in four, 83 ms in
+# sixteen, on the machine of docs/performance.md).
+REVIEW_BATCH_FACTOR = 4
+REVIEW_FLUSH_SECONDS = 1.0
 # A review batch written slower than this per file (its syncs wait on the disk), and
 # in more than REVIEW_STALL seconds in all, sends later batches to a background thread
 # (see _Filer).
@@ -273,10 +280,14 @@ class _Filer:
     """Hands fileable failures to the tracker (in batches when it has ``file_many``,
     else one by one) and unknowns to the review queue (in batches).
 
-    A batch goes out when it holds ``batch`` items or its oldest has waited
-    :data:`FLUSH_SECONDS`, and at the end of the run, so a kill loses at most
-    the batches in progress (which the rerun files) and a concurrent reader
-    sees the run's progress.
+    A tracker batch goes out when it holds ``batch`` items or its oldest has
+    waited :data:`FLUSH_SECONDS`; a review batch when it holds
+    :data:`REVIEW_BATCH_FACTOR` times as many (with ``batch`` 1, each item
+    goes at once) or its oldest has waited
+    :data:`REVIEW_FLUSH_SECONDS` (each review batch pays a round of file
+    syncs, which costs less per file the more files share it); both at the
+    end of the run. So a kill loses at most the batches in progress (which
+    the rerun files) and a concurrent reader sees the run's progress.
 
     Review-queue batches are written in the caller's thread while writing
     them is quick. Where a batch's files take longer than
@@ -299,7 +310,8 @@ class _Filer:
         self.review = review
         self.pending: list[tuple[IssueDraft, Occurrence]] = []
         self.reviews: list[tuple[dict[str, Any], Occurrence]] = []
-        self.since = 0.0
+        self.review_batch = 1 if self.batch == 1 else self.batch * REVIEW_BATCH_FACTOR
+        self.since = self.review_since = 0.0
         self._background = False  # set once a batch written in this thread was slow
         self._writer: ThreadPoolExecutor | None = None
         self._writing: Future[list[tuple[bool, Path]]] | None = None
@@ -309,27 +321,34 @@ class _Filer:
         if self.many is None:
             self._count(self.tracker.file(draft, occurrence))
             return
-        self._start()
+        if not self.pending:
+            self.since = time.monotonic()
         self.pending.append((draft, occurrence))
         if len(self.pending) >= self.batch:
-            self.flush()
+            self._file_pending()
 
     def queue_review(self, payload: dict[str, Any], occurrence: Occurrence) -> None:
-        self._start()
+        if not self.reviews:
+            self.review_since = time.monotonic()
         self.reviews.append((payload, occurrence))
-        if len(self.reviews) >= self.batch:
-            self.flush()
-
-    def _start(self) -> None:
-        if not self.pending and not self.reviews:
-            self.since = time.monotonic()
+        if len(self.reviews) >= self.review_batch:
+            self._write_reviews()
 
     def tick(self) -> None:
-        """Flush a batch that has waited long enough (called after every bundle)."""
-        if (self.pending or self.reviews) and time.monotonic() - self.since >= FLUSH_SECONDS:
-            self.flush()
+        """Send a batch that has waited long enough (called after every bundle)."""
+        if self.pending or self.reviews:
+            now = time.monotonic()
+            if self.pending and now - self.since >= FLUSH_SECONDS:
+                self._file_pending()
+            if self.reviews and now - self.review_since >= REVIEW_FLUSH_SECONDS:
+                self._write_reviews()
 
     def flush(self) -> None:
+        """Send both batches now, full or not."""
+        self._write_reviews()
+        self._file_pending()
+
+    def _write_reviews(self) -> None:
         if self.reviews:
             assert self.review is not None
             reviews, self.reviews = self.reviews, []
@@ -344,6 +363,8 @@ class _Filer:
                 took = time.monotonic() - started
                 self._background = took > max(REVIEW_SYNC_LIMIT * len(reviews), REVIEW_STALL)
                 self._count_reviews(written)
+
+    def _file_pending(self) -> None:
         if not self.pending:
             return
         assert self.many is not None

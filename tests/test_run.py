@@ -483,6 +483,36 @@ def test_a_batch_that_waited_long_enough_is_filed_before_it_is_full(captures: Pa
     assert summary_part(summary.to_dict()) == EXPECTED
 
 
+@pytest.mark.parametrize("factor", [4, 1])
+def test_review_batches_keep_their_own_schedule(factor: int, captures: Path, engine: Engine,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unknowns wait for a larger batch than fileable failures: the tracker's batches
+    going out after every bundle do not cut the review queue's into pieces."""
+    from loop_core import pipeline
+    from loop_core.trackers import ReviewQueue
+
+    monkeypatch.setattr(pipeline, "FLUSH_SECONDS", 0.0)  # a tracker batch after every bundle
+    monkeypatch.setattr(pipeline, "REVIEW_FLUSH_SECONDS", 3600.0)
+    monkeypatch.setattr(pipeline, "REVIEW_BATCH_FACTOR", factor)  # review batches of 8 or of 2
+    sizes: list[int] = []
+    add_many = ReviewQueue.add_many
+
+    def recording(self: ReviewQueue, items: Any) -> Any:
+        sizes.append(len(items))
+        return add_many(self, items)
+
+    monkeypatch.setattr(ReviewQueue, "add_many", recording)
+    tracker = RecordingSqlite(captures / "_loop" / "tracker.sqlite")
+    try:
+        summary = run_captures(captures, engine, tracker, batch=2)
+    finally:
+        tracker.close()
+    assert tracker.batches == [1] * FILEABLE
+    expected = [UNKNOWN] if factor == 4 else [2] * (UNKNOWN // 2) + [1] * (UNKNOWN % 2)
+    assert sizes == expected
+    assert summary_part(summary.to_dict()) == EXPECTED and len(review_files(captures)) == UNKNOWN
+
+
 def test_anchors_spilled_to_disk_give_the_same_trust_counts(captures: Path, engine: Engine,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     from loop_core import pipeline
@@ -510,7 +540,7 @@ def test_review_batches_move_off_the_callers_thread_once_a_write_is_slow(
     from loop_core import pipeline
     from loop_core.trackers import ReviewQueue
 
-    monkeypatch.setattr(pipeline, "FLUSH_SECONDS", 0.0)  # one review batch per unknown
+    monkeypatch.setattr(pipeline, "REVIEW_FLUSH_SECONDS", 0.0)  # one review batch per unknown
     if disk == "slow":  # every batch counts as slow
         monkeypatch.setattr(pipeline, "REVIEW_SYNC_LIMIT", 0.0)
         monkeypatch.setattr(pipeline, "REVIEW_STALL", 0.0)
@@ -545,7 +575,7 @@ def test_a_failing_review_write_stops_the_run_and_keeps_the_batches_before_it(
     from loop_core.errors import TrackerError
     from loop_core.trackers import ReviewQueue
 
-    monkeypatch.setattr(pipeline, "FLUSH_SECONDS", 0.0)
+    monkeypatch.setattr(pipeline, "REVIEW_FLUSH_SECONDS", 0.0)
     add_many = ReviewQueue.add_many
     seen: list[int] = []
 
