@@ -414,11 +414,19 @@ def read(ctx: Context) -> list[Row]:
                 {**t.extra(), "vs_floor": ratio})]
 
 
-@scenario("classify", "Engine.classify over bundles already in memory, default and reference packs")
+@scenario("classify", "Engine.classify over bundles already in memory, default and reference packs, "
+                      "and the default pack again with one str.find per literal instead of the literal scanner")
 def classify(ctx: Context) -> list[Row]:
+    from loop_core import litscan
+
     bundles = ctx.bundles()
     rows = []
-    for pack in ("default", "reference"):
+    scanning = litscan.scanner() is not None
+    for pack, scanner in (("default", True), ("reference", True), ("default", False)):
+        if not scanner:
+            if not scanning:
+                break  # the rows above already looked literals up one by one
+            litscan.use_scanner(False)
         t0 = time.perf_counter()
         engine = ctx.engine(pack)
         build = time.perf_counter() - t0
@@ -430,13 +438,20 @@ def classify(ctx: Context) -> list[Row]:
                 cls = engine.classify(b).failure_class.value
                 counts[cls] = counts.get(cls, 0) + 1
 
-        t = ctx.timed(run)
+        try:
+            t = ctx.timed(run)
+        finally:
+            litscan.use_scanner(None)
         mix = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+        label, versus = f"classify ({pack})", ""
+        if not scanner:
+            label = f"classify ({pack}), one find per literal"
+            versus = f"LOOP_RULES_SCANNER=off: {t.seconds / rows[0].seconds:.2f}x the time with the scanner; "
         rows.append(Row(
-            f"classify ({pack})", len(bundles), t.seconds,
-            f"{len(engine.pack.rules)} rules (version {engine.pack.version}), engine build "
+            label, len(bundles), t.seconds,
+            f"{versus}{len(engine.pack.rules)} rules (version {engine.pack.version}), engine build "
             f"{build * 1000:.0f} ms; {t.describe()}; {mix}",
-            {**t.extra(), "engine_build_s": build, "classes": dict(counts)}))
+            {**t.extra(), "engine_build_s": build, "classes": dict(counts), "scanner": scanning and scanner}))
     return rows
 
 
@@ -958,6 +973,20 @@ def markdown(rows: list[Row]) -> str:
     return "\n".join(out)
 
 
+def _scanner() -> str:
+    """Which literal lookups the scenarios use (loop_core/litscan.py)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from loop_core import litscan
+
+    if litscan.scanner() is None:
+        return "off (" + ("LOOP_RULES_SCANNER" if litscan.available() else "ahocorasick_rs not installed") + ")"
+    try:
+        return f"ahocorasick_rs {version('ahocorasick_rs')}"
+    except PackageNotFoundError:  # pragma: no cover - importable but not installed as a distribution
+        return "ahocorasick_rs"
+
+
 def machine() -> dict[str, Any]:
     return {
         "python": platform.python_version(),
@@ -1063,6 +1092,7 @@ def main(argv: list[str] | None = None) -> int:
         "corpus_bytes": size,
         "loop_rules": _version(),
         "commit": _commit(),
+        "literal_scanner": _scanner(),
         "loadavg_start": load_start,
         "loadavg_end": _loadavg(),
     }
@@ -1073,7 +1103,8 @@ def main(argv: list[str] | None = None) -> int:
             f"loop-rules {meta['loop_rules']} at {meta['commit']}, "
             f"Python {meta['python']} on {meta['system']}, "
             f"{meta['cpus']} CPUs; corpus {meta['corpus']} ({n:,} bundles, {len(files):,} files, "
-            f"{size / 1e6:.1f} MB, seed {args.seed}); warm page cache; 1-min load average "
+            f"{size / 1e6:.1f} MB, seed {args.seed}); literal scanner: {meta['literal_scanner']}; "
+            f"warm page cache; 1-min load average "
             f"{meta['loadavg_start']} at start, {meta['loadavg_end']} at end\n"
         )
         print(markdown(rows))

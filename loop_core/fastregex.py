@@ -33,9 +33,12 @@ import re
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import regex
+
+from .litscan import LiteralScanner, Scan, scanner
 
 if sys.version_info >= (3, 11):
     from re import _constants as C  # type: ignore[attr-defined]
@@ -59,6 +62,7 @@ MAX_WINDOWS = 64  # more separate windows than this: one search of the whole tex
 MAX_REACH_LINES = 8  # a pattern whose matches can span more lines is searched in full
 AFFIX = 8  # characters of a word's start and end kept by TextIndex.affixes
 TOKEN_MIN = 2048  # below this length, scanning a text is cheaper than building its word set
+SCAN_MIN = 1  # any text worth a look: one scan costs about what a few finds do
 _FOLDS_TO_ASCII_S = "\u017f"  # LATIN SMALL LETTER LONG S: matches (?i)s, but lower() keeps it
 _NEWLINE = ord("\n")
 _REPEATS = {C.MAX_REPEAT, C.MIN_REPEAT} | ({C.POSSESSIVE_REPEAT} if hasattr(C, "POSSESSIVE_REPEAT") else set())
@@ -444,6 +448,9 @@ def _reach(parsed: Any) -> int | None:
     return lines if lines is not None and lines <= MAX_REACH_LINES else None
 
 
+_NO_SCAN = Scan(frozenset(), {}, (), [])  # a text read while the scanner knew no literal yet
+
+
 class TextIndex:
     """What every guarded search of one text shares.
 
@@ -454,17 +461,52 @@ class TextIndex:
     Where each literal occurs and the text's words are computed on first use.
     """
 
-    __slots__ = ("text", "low", "exact", "long", "_words", "_affixes", "_first", "_hits")
+    __slots__ = ("text", "low", "exact", "long", "scannable", "_words", "_affixes", "_first", "_hits", "_scan")
 
     def __init__(self, text: str, low: str | None = None) -> None:
         self.text = text
         self.low = low = text.lower() if low is None else low
         self.exact = text.isascii() or (len(low) == len(text) and _FOLDS_TO_ASCII_S not in text)
         self.long = len(low) > TOKEN_MIN  # worth a word set
+        self.scannable = self.exact and len(low) >= SCAN_MIN  # worth one scan for every literal
         self._words: frozenset[str] | None = None
         self._affixes: frozenset[str] | None = None
         self._first: dict[str, int] = {}
         self._hits: dict[str, list[int]] = {}
+        self._scan: Scan | None = None  # what the literal scanner found
+
+    def scanned(self) -> frozenset[str] | None:
+        """The literals one pass of the literal scanner (:mod:`loop_core.litscan`)
+        has looked up in this text, scanning it now if it is long enough and was
+        not yet; None when there is no such pass (short, inexact or no scanner)."""
+        if not self.scannable:
+            return None
+        found = scanner()
+        if found is None:
+            return None
+        if self._scan is None:
+            self._read(found)
+        return self._scan.known  # type: ignore[union-attr]
+
+    def which(self, literals: AbstractSet[str]) -> set[str] | None:
+        """Those of ``literals`` that occur in ``low``, when the literal scanner has
+        read the text (see :meth:`scanned`); None otherwise."""
+        known = self.scanned()
+        if known is None:
+            return None
+        out = literals & self._scan.first.keys()  # type: ignore[union-attr]
+        for literal in literals - known:
+            if self.holds(literal):
+                out.add(literal)
+        return out
+
+    def _read(self, literals: LiteralScanner) -> None:
+        scan = self._scan = literals.scan(self.low) or _NO_SCAN
+        if scan.known:
+            # In place: a rule walk holds on to ``_first`` while it probes.
+            first = self._first
+            first.update(scan.absent)
+            first.update(scan.first)
 
     def words(self) -> frozenset[str]:
         """The whitespace-separated words of ``low``."""
@@ -498,7 +540,22 @@ class TextIndex:
         return False
 
     def _probe(self, literal: str, anchor: str | None) -> int:
-        """Where ``literal`` first occurs in ``low`` (-1: nowhere), looked up and remembered."""
+        """Where ``literal`` first occurs in ``low`` (-1: nowhere), looked up and remembered.
+
+        A long text is scanned once for every literal the scanner knows; one it
+        does not know yet is looked for with ``find`` and learnt for later texts.
+        """
+        if self.scannable:
+            literals = scanner()
+            if literals is not None:
+                if self._scan is None:
+                    self._read(literals)
+                    at = self._first.get(literal)
+                    if at is not None:
+                        return at
+                literals.learn(literal)
+                if self._words is None:
+                    anchor = None  # a word set costs more than one find
         if anchor is not None and self.long and anchor not in (self._words or self.words()):
             at = -1
         else:
@@ -513,12 +570,20 @@ class TextIndex:
         if found is None:
             found = []
             if self.holds(literal):
+                if self._scan is not None and self._scan is not _NO_SCAN and literal in self._scan.first:
+                    found = self._hits[literal] = self._scan.positions(literal)[:limit + 1]
+                    return found
                 find, at = self.low.find, self._first[literal]
                 while at >= 0 and len(found) <= limit:
                     found.append(at)
                     at = find(literal, at + 1)
             self._hits[literal] = found
         return found
+
+
+# A split pattern's search plan: (alternatives with no literal, ((literal, anchor,
+# alternatives), ...), {literal: alternatives}); see GuardedRegex._make_plan.
+_Plan = tuple[tuple[int, ...], tuple[tuple[str, "str | None", tuple[int, ...]], ...], dict[str, tuple[int, ...]]]
 
 
 class GuardedRegex:
@@ -540,7 +605,7 @@ class GuardedRegex:
         self._compiled = compiled
         self.pattern: str = compiled.pattern
         self.flags: int = compiled.flags
-        self._plan: tuple[tuple[int, ...], tuple[tuple[str, str | None, tuple[int, ...]], ...]] | None = None
+        self._plan: _Plan | None = None
         self._tree: Any = None
         self._analysed = False
 
@@ -671,6 +736,8 @@ class GuardedRegex:
 
         :raises TimeoutError: the searches together took longer than ``timeout``.
         """
+        if not text:  # no literal to look for (many bundles have no log): one cheap search says it all
+            return self.compiled.search(text, timeout=timeout) is not None
         if not self._analysed:
             self._analyse()
         if not self._branches:
@@ -679,15 +746,20 @@ class GuardedRegex:
         branches = self._branches
         if idx.exact:
             # Only the alternatives one of whose literals occurs (or that have none) can match.
-            always, by_literal = self._plan if self._plan is not None else self._make_plan()
+            always, by_literal, where = self._plan if self._plan is not None else self._make_plan()
             found = set(always)
-            first = idx._first
-            for literal, anchor, positions in by_literal:
-                at = first.get(literal)
-                if at is None:
-                    at = idx._probe(literal, anchor)
-                if at >= 0:
-                    found.update(positions)
+            occurring = idx.which(where.keys())
+            if occurring is not None:  # the literal scanner read the text: no lookup one by one
+                for literal in occurring:
+                    found.update(where[literal])
+            else:
+                first = idx._first
+                for literal, anchor, positions in by_literal:
+                    at = first.get(literal)
+                    if at is None:
+                        at = idx._probe(literal, anchor)
+                    if at >= 0:
+                        found.update(positions)
             order: Iterable[int] = sorted(found)
         else:
             order = range(len(branches))
@@ -700,17 +772,21 @@ class GuardedRegex:
                 return True
         return False
 
-    def _make_plan(self) -> tuple[tuple[int, ...], tuple[tuple[str, str | None, tuple[int, ...]], ...]]:
-        """The alternatives without literals, and each literal's alternatives."""
+    def _make_plan(self) -> _Plan:
+        """The alternatives without literals, each literal's alternatives (with its
+        anchor), and the same by literal alone."""
         always: list[int] = []
         by_literal: dict[tuple[str, str | None], list[int]] = {}
+        where: dict[str, set[int]] = {}
         for pos, branch in enumerate(self._branches):
             if branch.literals is None:
                 always.append(pos)
             else:
                 for literal, anchor in zip(branch.literals, branch.anchors):
                     by_literal.setdefault((literal, anchor), []).append(pos)
-        self._plan = (tuple(always), tuple((lit, anchor, tuple(p)) for (lit, anchor), p in by_literal.items()))
+                    where.setdefault(literal, set()).add(pos)
+        self._plan = (tuple(always), tuple((lit, anchor, tuple(p)) for (lit, anchor), p in by_literal.items()),
+                      {literal: tuple(sorted(p)) for literal, p in where.items()})
         return self._plan
 
     def search(self, text: str, *, timeout: float | None = None, index: TextIndex | None = None) -> Any:

@@ -46,6 +46,8 @@ class _ByWord:
     positions: set[int] = field(default_factory=set)
     words: frozenset[str] = frozenset()
     affixes: frozenset[str] = frozenset()
+    by_literal: dict[str, list[int]] = field(default_factory=dict)  # for a text the literal scanner has read
+    literals: frozenset[str] = frozenset()
 
 
 class RuleIndex:
@@ -74,9 +76,11 @@ class RuleIndex:
                     else:
                         entry.affix_rules.setdefault(need.affix, []).append(pos)  # type: ignore[arg-type]
                     entry.positions.add(pos)
+                    entry.by_literal.setdefault(need.literal, []).append(pos)
         for entry in by_word.values():
             entry.words = frozenset(entry.rules)
             entry.affixes = frozenset(entry.affix_rules)
+            entry.literals = frozenset(entry.by_literal)
         self._by_word = tuple(by_word.values())
 
     def describe(self) -> dict[str, int]:
@@ -97,6 +101,11 @@ class RuleIndex:
             index = view.index(value)
             if not index.exact:
                 found |= entry.positions
+                continue
+            occurring = index.which(entry.literals)
+            if occurring is not None:  # one scan read every literal: no word set needed
+                for literal in occurring:
+                    found.update(entry.by_literal[literal])
                 continue
             for word in index.words() & entry.words:
                 found.update(entry.rules[word])

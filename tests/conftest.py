@@ -10,7 +10,7 @@ import pluggy
 import pytest
 from hypothesis import settings
 
-from loop_core import Bundle, Engine, make_plugin_manager
+from loop_core import Bundle, Engine, litscan, make_plugin_manager
 from loop_core.testing import make_bundle, write_bundle
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +30,17 @@ def pytest_configure(config: pytest.Config) -> None:
     # ~/.cache (set in the environment, so CLI subprocesses see it too).
     if "LOOP_RULES_CACHE_DIR" not in os.environ:
         os.environ["LOOP_RULES_CACHE_DIR"] = tempfile.mkdtemp(prefix="loop-rules-test-cache-")
+
+
+@pytest.fixture(params=["scanner", "find"])
+def lookup(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run a test once with the compiled literal scanner and once with ``str.find``
+    lookups only (:mod:`loop_core.litscan`): both must give the same answers."""
+    if request.param == "scanner" and not litscan.available():
+        pytest.skip("ahocorasick_rs is not installed (pip install '.[test]' brings it)")
+    litscan.use_scanner(request.param == "scanner")
+    yield request.param
+    litscan.use_scanner(None)
 
 
 @pytest.fixture

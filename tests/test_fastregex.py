@@ -61,9 +61,13 @@ WORDS = ["error", "Error", "RuntimeError:", "CUDA", "cuda", "out", "of", "memory
          "é", "ſ", "K", "İ", "█", "→", "ValueError:", "failed", "HIP", "error:", "ABC12"]
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# `lookup` (conftest) runs each property once with the literal scanner, once without.
+ONCE_PER_LOOKUP = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=ONCE_PER_LOOKUP)
 @given(st.sampled_from(PATTERNS), st.lists(st.sampled_from(WORDS), max_size=60))
-def test_guarded_search_equals_plain_search(pattern: str, words: list[str]) -> None:
+def test_guarded_search_equals_plain_search(lookup: str, pattern: str, words: list[str]) -> None:
     text = " ".join(words)
     compiled = regex.compile(pattern)
     plain = compiled.search(text)
@@ -79,11 +83,11 @@ def test_guarded_search_equals_plain_search(pattern: str, words: list[str]) -> N
 FILLER = ["INFO 05-17 10:00:01 engine step ok", "", "   ", "DEBUG loading shard 3 of 8", "Traceback (most recent call last):"]
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=ONCE_PER_LOOKUP)
 @given(st.sampled_from(PATTERNS),
        st.lists(st.one_of(st.sampled_from(FILLER), st.lists(st.sampled_from(WORDS), max_size=12).map(" ".join)),
                 min_size=1, max_size=80))
-def test_windowed_search_on_long_logs_equals_plain_search(pattern: str, lines: list[str]) -> None:
+def test_windowed_search_on_long_logs_equals_plain_search(lookup: str, pattern: str, lines: list[str]) -> None:
     # Many lines, most of them noise: the searches run in windows of a few lines.
     noise = "\n".join(FILLER[i % len(FILLER)] for i in range(120))
     text = "\n".join([noise, *lines, noise])

@@ -70,14 +70,14 @@ def corpus() -> list:
 
 
 @pytest.mark.parametrize("pack", ["default", "reference"])
-def test_indexed_walk_finds_what_a_plain_walk_finds(pack: str, corpus: list) -> None:
+def test_indexed_walk_finds_what_a_plain_walk_finds(pack: str, corpus: list, lookup: str) -> None:
     engine = Engine.build(pack, make_plugin_manager(entry_points=False))
     assert len(corpus) > 400
     for bundle in corpus:
         assert _indexed_walk(engine, View(bundle)) == _plain_walk(engine, View(bundle))
 
 
-def test_a_large_pack_walks_only_the_rules_a_bundle_can_match(tmp_path: Path) -> None:
+def test_a_large_pack_walks_only_the_rules_a_bundle_can_match(tmp_path: Path, lookup: str) -> None:
     engine = Engine.build(_synthetic_pack(tmp_path / "many", 400), make_plugin_manager(entry_points=False))
     info = engine.pack.index.describe()
     assert info == {"rules": 400, "by_word": 300, "checked": 100, "always": 0}
@@ -94,7 +94,7 @@ def test_a_large_pack_walks_only_the_rules_a_bundle_can_match(tmp_path: Path) ->
     assert list(engine.pack.candidates(View(unrelated))) == []
 
 
-def test_synthetic_pack_verdicts_agree_with_a_plain_walk(tmp_path: Path, corpus: list) -> None:
+def test_synthetic_pack_verdicts_agree_with_a_plain_walk(tmp_path: Path, corpus: list, lookup: str) -> None:
     engine = Engine.build(_synthetic_pack(tmp_path / "many", 40), make_plugin_manager(entry_points=False))
     texts = ["loader 1.0 w0001_widget", "w0002_widget", "x w0002_widget y", "ValueError: widget w0004_widget failed",
              "errno w0007_widget", "LOADER V3.4 W0005_WIDGET", "loader 1.0 w0001_widget1"]

@@ -1,0 +1,159 @@
+"""Find many literals in a long text in one pass (optional, compiled).
+
+A rule pack looks for a few hundred lower-cased literals in each long log
+(``no kernel image``, ``torch.cuda.outofmemoryerror``, ``cubin``), and a
+:class:`~loop_core.fastregex.TextIndex` answers each with one ``str.find``
+over the whole text: cheap one at a time, but they add up to most of what
+classifying a bundle costs. An Aho-Corasick automaton answers all of them,
+with every position, in one pass that costs about what two or three
+``find`` calls do.
+
+The automaton comes from the optional ``ahocorasick_rs`` package
+(``pip install "loop-rules[fast]"``). Without it, or with
+``LOOP_RULES_SCANNER=off`` in the environment, nothing changes but speed:
+every literal is looked for with ``find`` as before. Both ways give the same
+positions, and the tests compare them.
+
+The scanner learns its literals as they are asked for: a literal looked up
+with ``find`` is added to the automaton at its next rebuild. Rebuilds (a few
+milliseconds each) happen at most after 1, 2, 4, 8, ... scans, so a long run
+pays for a handful while the set of literals its rules need settles.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["LiteralScanner", "Scan", "ENV", "MAX_LITERALS", "available", "scanner", "use_scanner"]
+
+ENV = "LOOP_RULES_SCANNER"
+MAX_LITERALS = 8192  # a scanner this full learns no more (its automaton would grow without bound)
+_OFF = ("off", "0", "no", "false")
+
+
+def _backend() -> Any:
+    try:
+        import ahocorasick_rs
+    except ImportError:
+        return None
+    return ahocorasick_rs
+
+
+def available() -> bool:
+    """Whether the compiled automaton can be used here (the package is installed)."""
+    return _backend() is not None
+
+
+class Scan:
+    """What one pass found in one text: ``known``, the literals it looked for
+    (``absent`` maps each to -1); ``first``, those that occur, with their first
+    positions; and every match, from which each literal's positions are listed
+    on demand (:meth:`positions`)."""
+
+    __slots__ = ("known", "absent", "first", "_literals", "_matches", "_all")
+
+    def __init__(self, known: frozenset[str], absent: dict[str, int], literals: tuple[str, ...],
+                 matches: list[tuple[int, int, int]]) -> None:
+        self.known = known
+        self.absent = absent
+        self._literals = literals
+        self._matches = matches
+        # Matches come in order of where they end, so a literal's earliest start is its
+        # first in the list: walking it backwards, the earliest is written last.
+        self.first: dict[str, int] = {literals[number]: start for number, start, _end in reversed(matches)}
+        self._all: dict[str, list[int]] | None = None
+
+    def positions(self, literal: str) -> list[int]:
+        """Every start of ``literal`` (overlapping ones too), ascending."""
+        if self._all is None:
+            found: dict[str, list[int]] = {}
+            literals = self._literals
+            for number, start, _end in self._matches:
+                found.setdefault(literals[number], []).append(start)
+            self._all = found
+        return self._all.get(literal, [])
+
+
+class LiteralScanner:
+    """Aho-Corasick automata over the literals asked for so far."""
+
+    __slots__ = ("_backend", "_ascii", "_text", "_literals", "known", "absent", "_pending", "_scans", "_next_build",
+                 "builds")
+
+    def __init__(self, backend: Any, literals: tuple[str, ...] = ()) -> None:
+        self._backend = backend
+        self._ascii: Any = None  # over the literals' UTF-8, for ASCII texts (most logs): a little faster
+        self._text: Any = None  # over the literals, for any other text; made on first use
+        self._literals: tuple[str, ...] = ()
+        self.known: frozenset[str] = frozenset()  # what the current automata find
+        self.absent: dict[str, int] = {}  # every known literal -> -1
+        self._pending: set[str] = set()
+        self._scans = 0
+        self._next_build = 0
+        self.builds = 0
+        for literal in literals:
+            self.learn(literal)
+
+    def learn(self, literal: str) -> None:
+        """Find ``literal`` too, from the next rebuild on."""
+        if literal and literal not in self.known and len(self.known) + len(self._pending) < MAX_LITERALS:
+            self._pending.add(literal)
+
+    def scan(self, low: str) -> Scan | None:
+        """Every occurrence in ``low`` of every known literal; None while none is known."""
+        self._scans += 1
+        if self._pending and self._scans > self._next_build:
+            self._build()
+        if not self._literals:
+            return None
+        if low.isascii():
+            matches = self._ascii.find_matches_as_indexes(low.encode("ascii"), overlapping=True)
+        else:
+            if self._text is None:
+                self._text = self._automaton(self._backend.AhoCorasick, list(self._literals))
+            matches = self._text.find_matches_as_indexes(low, overlapping=True)
+        return Scan(self.known, self.absent, self._literals, matches)
+
+    def _automaton(self, kind: Any, patterns: list[Any]) -> Any:
+        backend = self._backend
+        return kind(patterns, matchkind=backend.MatchKind.Standard, implementation=backend.Implementation.DFA)
+
+    def _build(self) -> None:
+        literals = tuple(sorted(self.known | self._pending))
+        # UTF-8 offsets are character offsets in an ASCII text, and a literal with
+        # other characters never occurs in one, so its bytes never match there.
+        self._ascii = self._automaton(self._backend.BytesAhoCorasick, [lit.encode("utf-8") for lit in literals])
+        self._text = None
+        self._literals = literals
+        self.known = frozenset(literals)
+        self.absent = dict.fromkeys(literals, -1)
+        self._pending.clear()
+        self.builds += 1
+        self._next_build = self._scans + 2 ** min(self.builds, 12)
+
+
+_STATE: dict[str, Any] = {}  # "scanner": the process's LiteralScanner, or None when off
+
+
+def scanner() -> LiteralScanner | None:
+    """The process's scanner, made on first use; None when the package is missing
+    or ``LOOP_RULES_SCANNER`` is ``off``."""
+    try:
+        return _STATE["scanner"]  # type: ignore[no-any-return]
+    except KeyError:
+        pass
+    backend = None if os.environ.get(ENV, "").lower() in _OFF else _backend()
+    made = _STATE["scanner"] = None if backend is None else LiteralScanner(backend)
+    return made
+
+
+def use_scanner(enabled: bool | None) -> None:
+    """Turn the scanner on (a fresh one, if the package is installed) or off;
+    None: decide again from the environment on next use."""
+    _STATE.clear()
+    if enabled is False:
+        _STATE["scanner"] = None
+    elif enabled:
+        backend = _backend()
+        _STATE["scanner"] = None if backend is None else LiteralScanner(backend)

@@ -1,0 +1,140 @@
+"""The literal scanner answers exactly what ``str.find`` answers, in one pass."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from loop_core import Engine, litscan, make_plugin_manager, read_bundle
+from loop_core.evaluate import case_bundle, load_cases
+from loop_core.fastregex import TextIndex
+
+HERE = Path(__file__).parent
+
+pytestmark = pytest.mark.skipif(not litscan.available(), reason="ahocorasick_rs is not installed")
+
+
+@pytest.fixture
+def fresh() -> Iterator[litscan.LiteralScanner]:
+    """A scanner of its own for the test, and the process's usual one afterwards."""
+    litscan.use_scanner(True)
+    made = litscan.scanner()
+    assert made is not None
+    yield made
+    litscan.use_scanner(None)
+
+
+def _all_starts(text: str, literal: str) -> list[int]:
+    out, at = [], text.find(literal)
+    while at >= 0:
+        out.append(at)
+        at = text.find(literal, at + 1)
+    return out
+
+
+# A small alphabet, so literals overlap, nest and repeat; "é" and "█" make some texts non-ASCII.
+PIECES = st.sampled_from(["a", "b", "ab", "ba", "aa", " ", "\n", "é", "█", "out", "of", "memory", "kill"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(st.lists(PIECES, max_size=80).map("".join), min_size=1, max_size=4),
+       literals=st.lists(st.lists(PIECES, min_size=1, max_size=4).map("".join), min_size=1, max_size=12))
+def test_every_lookup_equals_find(fresh: litscan.LiteralScanner, texts: list[str], literals: list[str]) -> None:
+    # Texts are read one after another, so later ones are scanned by an automaton
+    # that has learnt the literals earlier ones looked for with find.
+    for text in texts:
+        index = TextIndex(text)
+        for literal in literals:
+            starts = _all_starts(text, literal)
+            assert index.holds(literal) == bool(starts), (text, literal)
+            assert index.hits(literal, 3) == starts[:4], (text, literal)
+        if index.scanned() is not None:
+            assert index.which(frozenset(literals)) == {lit for lit in literals if lit in text}
+
+
+def test_a_literal_first_met_with_find_is_scanned_for_later(fresh: litscan.LiteralScanner) -> None:
+    first = TextIndex("x" * 100 + "cuda out of memory")
+    assert first.holds("out of memory")  # nothing known yet: found with find, and learnt
+    assert fresh.known == frozenset()
+    second = TextIndex("y" * 100 + "killed process 7, out of memory")
+    assert second.scanned() == frozenset({"out of memory"})  # rebuilt on the next text
+    assert second.hits("out of memory", 5) == [second.low.index("out of memory")]
+    assert not second.holds("cubin")  # not known: looked for with find, learnt for the next rebuild
+    assert "cubin" not in fresh.known
+
+
+def test_rebuilds_come_less_often_as_a_run_goes_on(fresh: litscan.LiteralScanner) -> None:
+    for i in range(2000):
+        TextIndex(f"line {i} of the log").holds(f"literal-{i}")  # a new literal every time
+    # One rebuild after each of 1, 2, 4, 8 ... scans, however many literals arrive.
+    assert fresh.builds <= 12
+    assert len(fresh.known) > 1000
+
+
+def test_the_scanner_stops_learning_when_full(fresh: litscan.LiteralScanner, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(litscan, "MAX_LITERALS", 5)
+    for i in range(40):
+        TextIndex(f"text {i}").holds(f"lit{i:02d}")
+    assert len(fresh.known) <= 5
+    index = TextIndex("lit39 is here")
+    assert index.holds("lit39")  # still answered, by find
+
+
+def test_off_by_environment_or_when_the_package_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(litscan.ENV, "off")
+    litscan.use_scanner(None)
+    assert litscan.scanner() is None
+    monkeypatch.delenv(litscan.ENV)
+    litscan.use_scanner(None)
+    assert litscan.scanner() is not None
+    monkeypatch.setattr(litscan, "_backend", lambda: None)
+    litscan.use_scanner(None)
+    assert litscan.scanner() is None
+    assert TextIndex("cuda out of memory").holds("out of memory")  # find does the work
+    litscan.use_scanner(None)
+
+
+def _corpus() -> list:
+    bundles = [case_bundle(c) for c in load_cases(HERE / "corpus")]
+    for path in sorted((HERE / "conformance" / "bundles").iterdir()):
+        try:
+            bundles.append(read_bundle(path))
+        except Exception:  # noqa: BLE001 - malformed on purpose
+            continue
+    return bundles
+
+
+@pytest.mark.parametrize("pack", ["default", "reference"])
+def test_verdicts_are_the_same_with_and_without_the_scanner(pack: str) -> None:
+    bundles = _corpus()
+    engine = Engine.build(pack, make_plugin_manager(entry_points=False))
+    seen = {}
+    try:
+        for mode in (False, True):
+            litscan.use_scanner(mode)
+            seen[mode] = [engine.classify(b) for b in bundles]
+        if pack == "default":
+            assert litscan.scanner().builds > 0  # type: ignore[union-attr]  # it did the work
+    finally:
+        litscan.use_scanner(None)
+    assert len(bundles) > 400
+    assert seen[True] == seen[False]
+
+
+def test_the_cli_gives_the_same_rows_with_the_scanner_off() -> None:
+    examples = HERE.parent / "examples" / "pull-captures"
+    outs = []
+    for value in ("off", "on"):
+        done = subprocess.run([sys.executable, "-m", "loop_core", "classify", "--format", "jsonl", str(examples)],
+                              capture_output=True, text=True, env={**os.environ, litscan.ENV: value}, check=False)
+        assert done.returncode in (0, 1), done.stderr
+        outs.append(done.stdout)
+    assert outs[0] == outs[1] and outs[0].count("\n") >= 10
+
