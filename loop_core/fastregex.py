@@ -448,7 +448,7 @@ def _reach(parsed: Any) -> int | None:
     return lines if lines is not None and lines <= MAX_REACH_LINES else None
 
 
-_NO_SCAN = Scan(frozenset(), {}, (), [])  # a text read while the scanner knew no literal yet
+_NO_SCAN = Scan(frozenset(), {}, {}, (), [])  # a text read while the scanner knew no literal yet
 
 
 class TextIndex:
@@ -488,16 +488,18 @@ class TextIndex:
             self._read(found)
         return self._scan.known  # type: ignore[union-attr]
 
-    def which(self, literals: AbstractSet[str]) -> set[str] | None:
+    def which(self, literals: frozenset[str]) -> AbstractSet[str] | None:
         """Those of ``literals`` that occur in ``low``, when the literal scanner has
         read the text (see :meth:`scanned`); None otherwise."""
-        known = self.scanned()
-        if known is None:
+        if self.scanned() is None:
             return None
-        out = literals & self._scan.first.keys()  # type: ignore[union-attr]
-        for literal in literals - known:
-            if self.holds(literal):
-                out.add(literal)
+        scan: Scan = self._scan  # type: ignore[assignment]
+        out = literals & scan.present  # a walk over the smaller set
+        rest = scan.unknown_of(literals)
+        if rest:
+            found = [literal for literal in rest if self.holds(literal)]
+            if found:
+                out = out.union(found)
         return out
 
     def _read(self, literals: LiteralScanner) -> None:
@@ -582,8 +584,9 @@ class TextIndex:
 
 
 # A split pattern's search plan: (alternatives with no literal, ((literal, anchor,
-# alternatives), ...), {literal: alternatives}); see GuardedRegex._make_plan.
-_Plan = tuple[tuple[int, ...], tuple[tuple[str, "str | None", tuple[int, ...]], ...], dict[str, tuple[int, ...]]]
+# alternatives), ...), {literal: alternatives}, its literals); see GuardedRegex._make_plan.
+_Plan = tuple[tuple[int, ...], tuple[tuple[str, "str | None", tuple[int, ...]], ...], dict[str, tuple[int, ...]],
+              frozenset[str]]
 
 
 class GuardedRegex:
@@ -746,9 +749,9 @@ class GuardedRegex:
         branches = self._branches
         if idx.exact:
             # Only the alternatives one of whose literals occurs (or that have none) can match.
-            always, by_literal, where = self._plan if self._plan is not None else self._make_plan()
+            always, by_literal, where, literals = self._plan if self._plan is not None else self._make_plan()
             found = set(always)
-            occurring = idx.which(where.keys())
+            occurring = idx.which(literals)
             if occurring is not None:  # the literal scanner read the text: no lookup one by one
                 for literal in occurring:
                     found.update(where[literal])
@@ -774,7 +777,7 @@ class GuardedRegex:
 
     def _make_plan(self) -> _Plan:
         """The alternatives without literals, each literal's alternatives (with its
-        anchor), and the same by literal alone."""
+        anchor), the same by literal alone, and the set of literals."""
         always: list[int] = []
         by_literal: dict[tuple[str, str | None], list[int]] = {}
         where: dict[str, set[int]] = {}
@@ -786,7 +789,7 @@ class GuardedRegex:
                     by_literal.setdefault((literal, anchor), []).append(pos)
                     where.setdefault(literal, set()).add(pos)
         self._plan = (tuple(always), tuple((lit, anchor, tuple(p)) for (lit, anchor), p in by_literal.items()),
-                      {literal: tuple(sorted(p)) for literal, p in where.items()})
+                      {literal: tuple(sorted(p)) for literal, p in where.items()}, frozenset(where))
         return self._plan
 
     def search(self, text: str, *, timeout: float | None = None, index: TextIndex | None = None) -> Any:

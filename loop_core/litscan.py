@@ -16,8 +16,9 @@ positions, and the tests compare them.
 
 The scanner learns its literals as they are asked for: a literal looked up
 with ``find`` is added to the automaton at its next rebuild. Rebuilds (a few
-milliseconds each) happen at most after 1, 2, 4, 8, ... scans, so a long run
-pays for a handful while the set of literals its rules need settles.
+milliseconds each) happen after 1, 2, 4, 8, ... scans, so a long run pays for
+a handful while the set of literals its rules need settles, and at once
+when the literals waiting are half as many as those known (another pack's).
 """
 
 from __future__ import annotations
@@ -48,21 +49,31 @@ def available() -> bool:
 class Scan:
     """What one pass found in one text: ``known``, the literals it looked for
     (``absent`` maps each to -1); ``first``, those that occur, with their first
-    positions; and every match, from which each literal's positions are listed
-    on demand (:meth:`positions`)."""
+    positions (``present``: the same as a set); and every match, from which each
+    literal's positions are listed on demand (:meth:`positions`). ``unknown``
+    remembers, per set of literals asked about, those the pass did not look for."""
 
-    __slots__ = ("known", "absent", "first", "_literals", "_matches", "_all")
+    __slots__ = ("known", "absent", "unknown", "first", "present", "_literals", "_matches", "_all")
 
-    def __init__(self, known: frozenset[str], absent: dict[str, int], literals: tuple[str, ...],
-                 matches: list[tuple[int, int, int]]) -> None:
+    def __init__(self, known: frozenset[str], absent: dict[str, int], unknown: dict[frozenset[str], tuple[str, ...]],
+                 literals: tuple[str, ...], matches: list[tuple[int, int, int]]) -> None:
         self.known = known
         self.absent = absent
+        self.unknown = unknown
         self._literals = literals
         self._matches = matches
         # Matches come in order of where they end, so a literal's earliest start is its
         # first in the list: walking it backwards, the earliest is written last.
         self.first: dict[str, int] = {literals[number]: start for number, start, _end in reversed(matches)}
+        self.present = frozenset(self.first)
         self._all: dict[str, list[int]] | None = None
+
+    def unknown_of(self, literals: frozenset[str]) -> tuple[str, ...]:
+        """Those of ``literals`` this pass did not look for (computed once per set and build)."""
+        rest = self.unknown.get(literals)
+        if rest is None:
+            rest = self.unknown[literals] = tuple(literals - self.known)
+        return rest
 
     def positions(self, literal: str) -> list[int]:
         """Every start of ``literal`` (overlapping ones too), ascending."""
@@ -78,8 +89,8 @@ class Scan:
 class LiteralScanner:
     """Aho-Corasick automata over the literals asked for so far."""
 
-    __slots__ = ("_backend", "_ascii", "_text", "_literals", "known", "absent", "_pending", "_scans", "_next_build",
-                 "builds")
+    __slots__ = ("_backend", "_ascii", "_text", "_literals", "known", "absent", "_unknown", "_pending", "_scans",
+                 "_next_build", "builds")
 
     def __init__(self, backend: Any, literals: tuple[str, ...] = ()) -> None:
         self._backend = backend
@@ -88,6 +99,7 @@ class LiteralScanner:
         self._literals: tuple[str, ...] = ()
         self.known: frozenset[str] = frozenset()  # what the current automata find
         self.absent: dict[str, int] = {}  # every known literal -> -1
+        self._unknown: dict[frozenset[str], tuple[str, ...]] = {}  # see Scan.unknown_of
         self._pending: set[str] = set()
         self._scans = 0
         self._next_build = 0
@@ -103,7 +115,9 @@ class LiteralScanner:
     def scan(self, low: str) -> Scan | None:
         """Every occurrence in ``low`` of every known literal; None while none is known."""
         self._scans += 1
-        if self._pending and self._scans > self._next_build:
+        pending = len(self._pending)
+        # Rebuild on schedule, or at once when a new pack's literals arrive in bulk.
+        if pending and (self._scans > self._next_build or 2 * pending >= len(self.known)):
             self._build()
         if not self._literals:
             return None
@@ -113,7 +127,7 @@ class LiteralScanner:
             if self._text is None:
                 self._text = self._automaton(self._backend.AhoCorasick, list(self._literals))
             matches = self._text.find_matches_as_indexes(low, overlapping=True)
-        return Scan(self.known, self.absent, self._literals, matches)
+        return Scan(self.known, self.absent, self._unknown, self._literals, matches)
 
     def _automaton(self, kind: Any, patterns: list[Any]) -> Any:
         backend = self._backend
@@ -128,6 +142,7 @@ class LiteralScanner:
         self._literals = literals
         self.known = frozenset(literals)
         self.absent = dict.fromkeys(literals, -1)
+        self._unknown = {}
         self._pending.clear()
         self.builds += 1
         self._next_build = self._scans + 2 ** min(self.builds, 12)

@@ -73,9 +73,21 @@ def test_a_literal_first_met_with_find_is_scanned_for_later(fresh: litscan.Liter
 def test_rebuilds_come_less_often_as_a_run_goes_on(fresh: litscan.LiteralScanner) -> None:
     for i in range(2000):
         TextIndex(f"line {i} of the log").holds(f"literal-{i}")  # a new literal every time
-    # One rebuild after each of 1, 2, 4, 8 ... scans, however many literals arrive.
-    assert fresh.builds <= 12
+    # Rebuilds after 1, 2, 4, 8 ... scans, or when the waiting literals are half as many as
+    # the known ones: about two per doubling, not one per literal.
+    assert fresh.builds <= 24
     assert len(fresh.known) > 1000
+
+
+def test_a_new_packs_literals_are_scanned_for_without_waiting(fresh: litscan.LiteralScanner) -> None:
+    for i in range(5000):  # a long run: the next scheduled rebuild is thousands of scans away
+        TextIndex(f"line {i} of the log").holds("kill")
+    before = fresh.builds
+    index = TextIndex("another pack's text")
+    for i in range(10):
+        index.holds(f"phrase {i}")  # a new pack's literals, in bulk
+    assert TextIndex("the next text").scanned() >= {f"phrase {i}" for i in range(10)}
+    assert fresh.builds == before + 1
 
 
 def test_the_scanner_stops_learning_when_full(fresh: litscan.LiteralScanner, monkeypatch: pytest.MonkeyPatch) -> None:
