@@ -103,6 +103,15 @@ class Selector:
     jsonpath: Any = None
 
     def values(self, view: View) -> list[Any]:
+        """What the path selects in ``view`` (computed once per bundle and path;
+        the list is shared, so callers must not change it)."""
+        selected = view.selected
+        found = selected.get(self.text)
+        if found is None:
+            found = selected[self.text] = self._select(view)
+        return found
+
+    def _select(self, view: View) -> list[Any]:
         if self.steps is None:
             return [m.value for m in self.jsonpath.find(view.document())]
         first = self.steps[0]

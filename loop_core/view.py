@@ -216,11 +216,12 @@ _MISSING = object()
 class View:
     """Lazy view document over one bundle; see :data:`SIGNALS` for the derived fields."""
 
-    __slots__ = ("bundle", "_signals", "_document", "_indexes", "warnings", "timeouts")
+    __slots__ = ("bundle", "_signals", "_document", "_indexes", "selected", "warnings", "timeouts")
 
     def __init__(self, bundle: Bundle) -> None:
         self.bundle = bundle
         self._signals: dict[str, Any] = {}
+        self.selected: dict[str, list[Any]] = {}  # selector path -> its values (Selector.values)
         self._document: dict[str, Any] | None = None
         self._indexes: dict[int, TextIndex] = {}
         # Problems met while evaluating (e.g. a regex that timed out).
@@ -244,6 +245,7 @@ class View:
         latest = _LATEST[0]
         if latest is not None and latest.bundle is bundle:
             view._signals, view._indexes, view._document = latest._signals, latest._indexes, latest._document
+            view.selected = latest.selected
         _LATEST[0] = view
         return view
 
