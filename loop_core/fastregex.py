@@ -541,6 +541,14 @@ class TextIndex:
                 return True
         return False
 
+    def holds_any_of(self, literals: frozenset[str], pairs: Iterable[tuple[str, str | None]]) -> bool:
+        """:meth:`holds_any` of ``pairs``, whose literals are ``literals``: one set
+        operation when the literal scanner has read the text for all of them."""
+        scan = self._scan
+        if scan is not None and scan.known and not scan.unknown_of(literals):
+            return not literals.isdisjoint(scan.present)
+        return self.holds_any(pairs)
+
     def _probe(self, literal: str, anchor: str | None) -> int:
         """Where ``literal`` first occurs in ``low`` (-1: nowhere), looked up and remembered.
 

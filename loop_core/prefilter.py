@@ -32,8 +32,8 @@ __all__ = ["RuleIndex"]
 
 AFFIX_RULES = 64  # fewer rules keyed by word starts and ends are checked one by one instead
 
-# A checked rule's needs, per selector: ((selector, ((literal, anchor word), ...)), ...)
-_Groups = tuple[tuple[Selector, tuple[tuple[str, str | None], ...]], ...]
+# A checked rule's needs, per selector: ((selector, ((literal, anchor word), ...), literals), ...)
+_Groups = tuple[tuple[Selector, tuple[tuple[str, str | None], ...], frozenset[str]], ...]
 
 
 @dataclass(slots=True)
@@ -123,12 +123,12 @@ def _by_selector(needs: tuple[Need, ...]) -> _Groups:
     groups: dict[str, tuple[Selector, list[tuple[str, str | None]]]] = {}
     for need in needs:
         groups.setdefault(need.selector.text, (need.selector, []))[1].append((need.literal, need.anchor))
-    return tuple((selector, tuple(pairs)) for selector, pairs in groups.values())
+    return tuple((selector, tuple(pairs), frozenset(lit for lit, _ in pairs)) for selector, pairs in groups.values())
 
 
 def _may_hold(view: View, groups: _Groups) -> bool:
     """Whether one of the needs may hold: its literal occurs in the text it is about."""
-    for selector, pairs in groups:
+    for selector, pairs, literals in groups:
         values = selector.values(view)
         value = values[0] if values else None
         if not isinstance(value, str) or not value:
@@ -136,6 +136,6 @@ def _may_hold(view: View, groups: _Groups) -> bool:
         index = view.index(value)
         if not index.exact:
             return True
-        if index.holds_any(pairs):
+        if index.holds_any_of(literals, pairs):
             return True
     return False

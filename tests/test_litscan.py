@@ -55,8 +55,10 @@ def test_every_lookup_equals_find(fresh: litscan.LiteralScanner, texts: list[str
             starts = _all_starts(text, literal)
             assert index.holds(literal) == bool(starts), (text, literal)
             assert index.hits(literal, 3) == starts[:4], (text, literal)
+        wanted = frozenset(literals)
+        assert index.holds_any_of(wanted, [(lit, None) for lit in literals]) == any(lit in text for lit in literals)
         if index.scanned() is not None:
-            assert index.which(frozenset(literals)) == {lit for lit in literals if lit in text}
+            assert index.which(wanted) == {lit for lit in literals if lit in text}
 
 
 def test_a_literal_first_met_with_find_is_scanned_for_later(fresh: litscan.LiteralScanner) -> None:
