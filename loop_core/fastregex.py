@@ -62,7 +62,6 @@ MAX_WINDOWS = 64  # more separate windows than this: one search of the whole tex
 MAX_REACH_LINES = 8  # a pattern whose matches can span more lines is searched in full
 AFFIX = 8  # characters of a word's start and end kept by TextIndex.affixes
 TOKEN_MIN = 2048  # below this length, scanning a text is cheaper than building its word set
-SCAN_MIN = 1  # any text worth a look: one scan costs about what a few finds do
 _FOLDS_TO_ASCII_S = "\u017f"  # LATIN SMALL LETTER LONG S: matches (?i)s, but lower() keeps it
 _NEWLINE = ord("\n")
 _REPEATS = {C.MAX_REPEAT, C.MIN_REPEAT} | ({C.POSSESSIVE_REPEAT} if hasattr(C, "POSSESSIVE_REPEAT") else set())
@@ -468,7 +467,7 @@ class TextIndex:
         self.low = low = text.lower() if low is None else low
         self.exact = text.isascii() or (len(low) == len(text) and _FOLDS_TO_ASCII_S not in text)
         self.long = len(low) > TOKEN_MIN  # worth a word set
-        self.scannable = self.exact and len(low) >= SCAN_MIN  # worth one scan for every literal
+        self.scannable = self.exact and bool(low)  # one scan costs about what a few finds do
         self._words: frozenset[str] | None = None
         self._affixes: frozenset[str] | None = None
         self._first: dict[str, int] = {}
@@ -477,8 +476,8 @@ class TextIndex:
 
     def scanned(self) -> frozenset[str] | None:
         """The literals one pass of the literal scanner (:mod:`loop_core.litscan`)
-        has looked up in this text, scanning it now if it is long enough and was
-        not yet; None when there is no such pass (short, inexact or no scanner)."""
+        has looked up in this text, scanning it now if it was not yet; None when
+        there is no such pass (an empty or inexact text, or no scanner)."""
         if not self.scannable:
             return None
         found = scanner()
@@ -552,8 +551,8 @@ class TextIndex:
     def _probe(self, literal: str, anchor: str | None) -> int:
         """Where ``literal`` first occurs in ``low`` (-1: nowhere), looked up and remembered.
 
-        A long text is scanned once for every literal the scanner knows; one it
-        does not know yet is looked for with ``find`` and learnt for later texts.
+        The text is scanned once for every literal the scanner knows; one it does
+        not know yet is looked for with ``find`` and learnt for later texts.
         """
         if self.scannable:
             literals = scanner()
@@ -580,7 +579,7 @@ class TextIndex:
         if found is None:
             found = []
             if self.holds(literal):
-                if self._scan is not None and self._scan is not _NO_SCAN and literal in self._scan.first:
+                if self._scan is not None and literal in self._scan.first:
                     found = self._hits[literal] = self._scan.positions(literal)[:limit + 1]
                     return found
                 find, at = self.low.find, self._first[literal]

@@ -92,7 +92,7 @@ class LiteralScanner:
     __slots__ = ("_backend", "_ascii", "_text", "_literals", "known", "absent", "_unknown", "_pending", "_scans",
                  "_next_build", "builds")
 
-    def __init__(self, backend: Any, literals: tuple[str, ...] = ()) -> None:
+    def __init__(self, backend: Any) -> None:
         self._backend = backend
         self._ascii: Any = None  # over the literals' UTF-8, for ASCII texts (most logs): a little faster
         self._text: Any = None  # over the literals, for any other text; made on first use
@@ -104,8 +104,6 @@ class LiteralScanner:
         self._scans = 0
         self._next_build = 0
         self.builds = 0
-        for literal in literals:
-            self.learn(literal)
 
     def learn(self, literal: str) -> None:
         """Find ``literal`` too, from the next rebuild on."""
