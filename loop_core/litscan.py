@@ -89,12 +89,13 @@ class Scan:
 class LiteralScanner:
     """Aho-Corasick automata over the literals asked for so far."""
 
-    __slots__ = ("_backend", "_ascii", "_text", "_literals", "known", "absent", "_unknown", "_pending", "_scans",
-                 "_next_build", "builds")
+    __slots__ = ("_backend", "_ascii", "_ascii_literals", "_text", "_literals", "known", "absent", "_unknown",
+                 "_pending", "_scans", "_next_build", "builds")
 
     def __init__(self, backend: Any) -> None:
         self._backend = backend
-        self._ascii: Any = None  # over the literals' UTF-8, for ASCII texts (most logs): a little faster
+        self._ascii: Any = None  # over the ASCII literals' bytes, for ASCII texts (most logs): a little faster
+        self._ascii_literals: tuple[str, ...] = ()
         self._text: Any = None  # over the literals, for any other text; made on first use
         self._literals: tuple[str, ...] = ()
         self.known: frozenset[str] = frozenset()  # what the current automata find
@@ -106,8 +107,13 @@ class LiteralScanner:
         self.builds = 0
 
     def learn(self, literal: str) -> None:
-        """Find ``literal`` too, from the next rebuild on."""
+        """Find ``literal`` too, from the next rebuild on (not one that UTF-8 cannot
+        hold, such as a lone surrogate from a ``\ud800`` escape: ``find`` answers it)."""
         if literal and literal not in self.known and len(self.known) + len(self._pending) < MAX_LITERALS:
+            try:
+                literal.encode("utf-8")
+            except UnicodeEncodeError:
+                return
             self._pending.add(literal)
 
     def scan(self, low: str) -> Scan | None:
@@ -120,12 +126,18 @@ class LiteralScanner:
         if not self._literals:
             return None
         if low.isascii():
-            matches = self._ascii.find_matches_as_indexes(low.encode("ascii"), overlapping=True)
+            numbered = self._ascii_literals
+            matches = (self._ascii.find_matches_as_indexes(low.encode("ascii"), overlapping=True)
+                       if self._ascii is not None else [])
         else:
+            numbered = self._literals
             if self._text is None:
-                self._text = self._automaton(self._backend.AhoCorasick, list(self._literals))
-            matches = self._text.find_matches_as_indexes(low, overlapping=True)
-        return Scan(self.known, self.absent, self._unknown, self._literals, matches)
+                self._text = self._automaton(self._backend.AhoCorasick, list(numbered))
+            try:
+                matches = self._text.find_matches_as_indexes(low, overlapping=True)
+            except UnicodeError:
+                return None  # a lone surrogate in the text: UTF-8 cannot hold it, find can
+        return Scan(self.known, self.absent, self._unknown, numbered, matches)
 
     def _automaton(self, kind: Any, patterns: list[Any]) -> Any:
         backend = self._backend
@@ -133,9 +145,12 @@ class LiteralScanner:
 
     def _build(self) -> None:
         literals = tuple(sorted(self.known | self._pending))
-        # UTF-8 offsets are character offsets in an ASCII text, and a literal with
-        # other characters never occurs in one, so its bytes never match there.
-        self._ascii = self._automaton(self._backend.BytesAhoCorasick, [lit.encode("utf-8") for lit in literals])
+        # An ASCII text is scanned as bytes, whose offsets are its positions; only
+        # ASCII literals can occur in it.
+        self._ascii_literals = tuple(lit for lit in literals if lit.isascii())
+        self._ascii = (self._automaton(self._backend.BytesAhoCorasick, [lit.encode("ascii") for lit in
+                                                                       self._ascii_literals])
+                       if self._ascii_literals else None)
         self._text = None
         self._literals = literals
         self.known = frozenset(literals)

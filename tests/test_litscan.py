@@ -72,6 +72,20 @@ def test_a_literal_first_met_with_find_is_scanned_for_later(fresh: litscan.Liter
     assert "cubin" not in fresh.known
 
 
+def test_lone_surrogates_and_non_ascii_literals_are_answered_exactly(fresh: litscan.LiteralScanner) -> None:
+    # A rule may name a lone surrogate (a \\ud800 escape), and a text made in code may hold one:
+    # UTF-8 cannot carry either, so find answers them.
+    texts = ["abc é de \ud800x", "plain ascii de", "abc \udc80 de é", "only é here", "ascii again de"]
+    literals = ["\ud800x", "de", "é", "\udc80 de", "é h"]
+    for _ in range(2):  # the second round is scanned by an automaton that has seen them all
+        for text in texts:
+            index = TextIndex(text)
+            for literal in literals:
+                assert index.holds(literal) == (literal in text), (text, literal)
+                assert index.hits(literal, 3) == _all_starts(text, literal)[:4]
+    assert "é" in fresh.known and "\ud800x" not in fresh.known
+
+
 def test_rebuilds_come_less_often_as_a_run_goes_on(fresh: litscan.LiteralScanner) -> None:
     for i in range(2000):
         TextIndex(f"line {i} of the log").holds(f"literal-{i}")  # a new literal every time
