@@ -38,7 +38,9 @@ def _backend() -> Any:
         import ahocorasick_rs
     except ImportError:
         return None
-    return ahocorasick_rs
+    # Releases before 1.0 lack some of this: treat them as absent rather than fail mid-run.
+    needed = ("AhoCorasick", "BytesAhoCorasick", "MatchKind", "Implementation")
+    return ahocorasick_rs if all(hasattr(ahocorasick_rs, name) for name in needed) else None
 
 
 def available() -> bool:

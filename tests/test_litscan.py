@@ -125,6 +125,12 @@ def test_off_by_environment_or_when_the_package_is_missing(monkeypatch: pytest.M
     monkeypatch.setattr(litscan, "_backend", lambda: None)
     litscan.use_scanner(None)
     assert litscan.scanner() is None
+    monkeypatch.undo()
+    import ahocorasick_rs
+
+    monkeypatch.delattr(ahocorasick_rs, "BytesAhoCorasick")  # an old release
+    litscan.use_scanner(None)
+    assert litscan.scanner() is None and not litscan.available()
     assert TextIndex("cuda out of memory").holds("out of memory")  # find does the work
     litscan.use_scanner(None)
 
