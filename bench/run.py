@@ -30,6 +30,7 @@ import importlib.util
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import statistics
@@ -917,6 +918,66 @@ def rss(ctx: Context) -> list[Row]:
                              "user_seconds": data["user"], "us_per_bundle_wall": us_wall,
                              "us_per_bundle_cpu": us_cpu, "us_per_bundle_user": us_user}))
         (OUT / "rss.out").unlink(missing_ok=True)
+    return rows
+
+
+# Classify the first N bundles of a corpus PASSES times, in process (the engine and its
+# caches built once): run under callgrind, the difference between 1 and 3 passes is
+# what two warmed passes cost, start-up and the first pass's compiling cancelled out.
+_PASSES = """\
+import sys
+from loop_core import Engine, make_plugin_manager, read_bundle
+from loop_core.batch import discover_bundles
+root, n, passes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+paths = [p for _, p in zip(range(n), discover_bundles([root]))]
+bundles = [read_bundle(p) for p in paths]
+engine = Engine.build("default", make_plugin_manager(entry_points=False))
+for _ in range(passes):
+    for bundle in bundles:
+        engine.classify(bundle)
+"""
+INSTRUCTION_BUNDLES = 300
+
+
+def _instructions(root: Path, n: int, passes: int, env: dict[str, str]) -> int:
+    """Instructions callgrind counts for :data:`_PASSES` over ``n`` bundles."""
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", _PASSES,
+         str(root), str(n), str(passes)],
+        cwd=REPO, capture_output=True, text=True, env=env, check=False)
+    found = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(f"callgrind run failed ({done.returncode}): {done.stderr[-400:]}")
+    return int(found.group(1))
+
+
+@scenario("instructions", "instructions per bundle of a warmed classify pass (default pack, with and "
+                          "without the literal scanner), counted by callgrind: unlike time, the "
+                          "same on a busy machine as on a quiet one")
+def instructions(ctx: Context) -> list[Row]:
+    corpus = ctx.corpus()
+    n = min(INSTRUCTION_BUNDLES, corpus.n)
+    if shutil.which("valgrind") is None:
+        ctx.log("  valgrind is not installed: instructions not counted")
+        return [Row("instructions per bundle", n, 0.0, "not counted: valgrind is not installed", rate=False)]
+    rows = []
+    modes = [("scanner", "on"), ("one find per literal", "off")]
+    from loop_core import litscan
+
+    if not litscan.available():
+        modes = [("one find per literal", "off")]
+    for label, value in modes:
+        # Fixed hashing, so two counts of the same code agree to the instruction.
+        env = {**os.environ, "PYTHONHASHSEED": "0", litscan.ENV: value}
+        subprocess.run([sys.executable, "-c", _PASSES, str(corpus.root), str(n), "1"], cwd=REPO,
+                       env=env, check=True)  # write the pack and byte-code caches, untimed
+        t0 = time.perf_counter()
+        one, three = (_instructions(corpus.root, n, passes, env) for passes in (1, 3))
+        per_bundle = (three - one) / (2 * n)
+        rows.append(Row(f"instructions per bundle ({label})", n, time.perf_counter() - t0,
+                        f"{per_bundle / 1e6:.3f} million instructions per bundle of a warmed pass over "
+                        f"{n} bundles (callgrind, one pass and three, PYTHONHASHSEED=0)",
+                        {"instructions_per_bundle": per_bundle}, rate=False))
     return rows
 
 
