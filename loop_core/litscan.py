@@ -88,30 +88,47 @@ class Scan:
         return self._all.get(literal, [])
 
 
+class _Build:
+    """One build's automata and what goes with them. A rebuild makes a new one and
+    swaps it in whole, so a scan running beside it in another thread numbers its
+    matches with the literals of the automaton that found them."""
+
+    __slots__ = ("literals", "known", "absent", "unknown", "ascii_literals", "ascii", "text")
+
+    def __init__(self, literals: tuple[str, ...], ascii: Any, ascii_literals: tuple[str, ...]) -> None:
+        self.literals = literals
+        self.known = frozenset(literals)
+        self.absent = dict.fromkeys(literals, -1)  # every known literal -> -1
+        self.unknown: dict[frozenset[str], tuple[str, ...]] = {}  # see Scan.unknown_of
+        self.ascii_literals = ascii_literals  # numbered as the byte automaton numbers them
+        self.ascii = ascii  # over the ASCII literals' bytes, for ASCII texts (most logs): a little faster
+        self.text: Any = None  # over every literal, for any other text; made on first use
+
+
 class LiteralScanner:
     """Aho-Corasick automata over the literals asked for so far."""
 
-    __slots__ = ("_backend", "_ascii", "_ascii_literals", "_text", "_literals", "known", "absent", "_unknown",
-                 "_pending", "_scans", "_next_build", "builds")
+    __slots__ = ("_backend", "_built", "_pending", "_scans", "_next_build", "builds")
 
     def __init__(self, backend: Any) -> None:
         self._backend = backend
-        self._ascii: Any = None  # over the ASCII literals' bytes, for ASCII texts (most logs): a little faster
-        self._ascii_literals: tuple[str, ...] = ()
-        self._text: Any = None  # over the literals, for any other text; made on first use
-        self._literals: tuple[str, ...] = ()
-        self.known: frozenset[str] = frozenset()  # what the current automata find
-        self.absent: dict[str, int] = {}  # every known literal -> -1
-        self._unknown: dict[frozenset[str], tuple[str, ...]] = {}  # see Scan.unknown_of
+        self._built: _Build | None = None
         self._pending: set[str] = set()
         self._scans = 0
         self._next_build = 0
         self.builds = 0
 
+    @property
+    def known(self) -> frozenset[str]:
+        """What the current automata find."""
+        built = self._built
+        return frozenset() if built is None else built.known
+
     def learn(self, literal: str) -> None:
         """Find ``literal`` too, from the next rebuild on (not one that UTF-8 cannot
-        hold, such as a lone surrogate from a ``\ud800`` escape: ``find`` answers it)."""
-        if literal and literal not in self.known and len(self.known) + len(self._pending) < MAX_LITERALS:
+        hold, such as a lone surrogate from a ``\\ud800`` escape: ``find`` answers it)."""
+        known = self.known
+        if literal and literal not in known and len(known) + len(self._pending) < MAX_LITERALS:
             try:
                 literal.encode("utf-8")
             except UnicodeEncodeError:
@@ -121,46 +138,44 @@ class LiteralScanner:
     def scan(self, low: str) -> Scan | None:
         """Every occurrence in ``low`` of every known literal; None while none is known."""
         self._scans += 1
+        built = self._built
         pending = len(self._pending)
         # Rebuild on schedule, or at once when a new pack's literals arrive in bulk.
-        if pending and (self._scans > self._next_build or 2 * pending >= len(self.known)):
-            self._build()
-        if not self._literals:
+        if pending and (self._scans > self._next_build or built is None or 2 * pending >= len(built.known)):
+            built = self._build()
+        if built is None:
             return None
         if low.isascii():
-            numbered = self._ascii_literals
-            matches = (self._ascii.find_matches_as_indexes(low.encode("ascii"), overlapping=True)
-                       if self._ascii is not None else [])
+            numbered = built.ascii_literals
+            matches = (built.ascii.find_matches_as_indexes(low.encode("ascii"), overlapping=True)
+                       if built.ascii is not None else [])
         else:
-            numbered = self._literals
-            if self._text is None:
-                self._text = self._automaton(self._backend.AhoCorasick, list(numbered))
+            numbered = built.literals
+            if built.text is None:
+                built.text = self._automaton(self._backend.AhoCorasick, list(numbered))
             try:
-                matches = self._text.find_matches_as_indexes(low, overlapping=True)
+                matches = built.text.find_matches_as_indexes(low, overlapping=True)
             except UnicodeError:
                 return None  # a lone surrogate in the text: UTF-8 cannot hold it, find can
-        return Scan(self.known, self.absent, self._unknown, numbered, matches)
+        return Scan(built.known, built.absent, built.unknown, numbered, matches)
 
     def _automaton(self, kind: Any, patterns: list[Any]) -> Any:
         backend = self._backend
         return kind(patterns, matchkind=backend.MatchKind.Standard, implementation=backend.Implementation.DFA)
 
-    def _build(self) -> None:
-        literals = tuple(sorted(self.known | self._pending))
+    def _build(self) -> _Build:
+        waiting = set(self._pending)
+        literals = tuple(sorted(self.known | waiting))
+        self._pending -= waiting  # not clear(): another thread may have just added one
         # An ASCII text is scanned as bytes, whose offsets are its positions; only
         # ASCII literals can occur in it.
-        self._ascii_literals = tuple(lit for lit in literals if lit.isascii())
-        self._ascii = (self._automaton(self._backend.BytesAhoCorasick, [lit.encode("ascii") for lit in
-                                                                       self._ascii_literals])
-                       if self._ascii_literals else None)
-        self._text = None
-        self._literals = literals
-        self.known = frozenset(literals)
-        self.absent = dict.fromkeys(literals, -1)
-        self._unknown = {}
-        self._pending.clear()
+        ascii_literals = tuple(lit for lit in literals if lit.isascii())
+        automaton = (self._automaton(self._backend.BytesAhoCorasick, [lit.encode("ascii") for lit in ascii_literals])
+                     if ascii_literals else None)
+        built = self._built = _Build(literals, automaton, ascii_literals)
         self.builds += 1
         self._next_build = self._scans + 2 ** min(self.builds, 12)
+        return built
 
 
 _STATE: dict[str, Any] = {}  # "scanner": the process's LiteralScanner, or None when off

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -160,6 +161,67 @@ def test_verdicts_are_the_same_with_and_without_the_scanner(pack: str) -> None:
         litscan.use_scanner(None)
     assert len(bundles) > 400
     assert seen[True] == seen[False]
+
+
+def test_a_rebuild_during_a_scan_does_not_mix_two_builds() -> None:
+    # What a second thread can do between two steps of a scan, done from inside it:
+    # learn a literal and rebuild. The scan must answer only for the literals of the
+    # automaton that ran; the new literal is found with find.
+    import ahocorasick_rs
+
+    holder: list[litscan.LiteralScanner] = []
+
+    class Racing:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            self._real = ahocorasick_rs.BytesAhoCorasick(*args, **kwargs)
+
+        def find_matches_as_indexes(self, *args: object, **kwargs: object) -> object:
+            found = self._real.find_matches_as_indexes(*args, **kwargs)
+            if "late" not in holder[0].known:
+                holder[0].learn("late")
+                holder[0]._build()
+            return found
+
+    class Backend:
+        AhoCorasick = ahocorasick_rs.AhoCorasick
+        BytesAhoCorasick = Racing
+        MatchKind = ahocorasick_rs.MatchKind
+        Implementation = ahocorasick_rs.Implementation
+
+    scanner = litscan.LiteralScanner(Backend)
+    holder.append(scanner)
+    litscan._STATE["scanner"] = scanner
+    try:
+        assert TextIndex("early text").holds("early")  # learnt
+        index = TextIndex("early and late")
+        assert index.holds("early")
+        assert "late" in scanner.known  # the rebuild happened during the scan
+        assert index.holds("late")
+        assert index.hits("late", 3) == [10]
+    finally:
+        litscan.use_scanner(None)
+
+
+def test_threads_classifying_at_once_get_the_verdicts_of_one_thread() -> None:
+    # Rebuilds happen while other threads scan: each scan must number its matches
+    # with the literals of the automaton that found them.
+    bundles = _corpus()
+    engine = Engine.build("default", make_plugin_manager(entry_points=False))
+    try:
+        litscan.use_scanner(False)
+        expected = [engine.classify(b) for b in bundles]
+        litscan.use_scanner(True)
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
+        try:
+            with ThreadPoolExecutor(4) as pool:
+                got = list(pool.map(engine.classify, bundles))
+        finally:
+            sys.setswitchinterval(interval)
+        assert litscan.scanner().builds > 1  # type: ignore[union-attr]
+    finally:
+        litscan.use_scanner(None)
+    assert got == expected
 
 
 def test_the_cli_gives_the_same_rows_with_the_scanner_off() -> None:
