@@ -1,4 +1,4 @@
-"""Find many literals in a long text in one pass (optional, compiled).
+"""Find many literals in a text in one pass (optional, compiled).
 
 A rule pack looks for a few hundred lower-cased literals in each long log
 (``no kernel image``, ``torch.cuda.outofmemoryerror``, ``cubin``), and a
