@@ -50,7 +50,9 @@ else:  # pragma: no cover - Python 3.10
 __all__ = ["GuardedRegex", "RegexCache", "TextIndex", "affix_key", "anchor_word", "required_literals", "split_alternatives"]
 
 MIN_LITERAL = 3
-MAX_STRINGS = 1  # more strings per stretch: more literals to look for, which costs more than rarer ones save
+MAX_STRINGS = 1  # strings a stretch may stand for when each literal costs a find: more cost more than rarer ones save
+MAX_STRINGS_SCANNED = 16  # when one scan finds every literal at once (loop_core.litscan): rarer ones pay, up to here
+_LIMIT = [MAX_STRINGS]  # the limit of the analysis under way (see strings_limit)
 # regex-module syntax the stdlib parser would misread as literal text: the
 # version-1 flag, whose set operations -- && ~~ || are plain characters in the
 # version 0 we compile with (fuzzy constraints are found by _has_fuzzy).
@@ -134,7 +136,7 @@ def _best(candidates: list[frozenset[str]]) -> frozenset[str] | None:
 
 def _strings(op: Any, av: Any) -> frozenset[str] | None:
     """Every string one parsed item can match, lower-cased, when there are at most
-    ``MAX_STRINGS`` of them; None otherwise. Zero-width items match ``""``."""
+    :func:`strings_limit` of them; None otherwise. Zero-width items match ``""``."""
     if op is C.LITERAL:
         ch = _literal_char(av)
         return None if ch is None else frozenset({ch})
@@ -157,7 +159,7 @@ def _strings(op: Any, av: Any) -> frozenset[str] | None:
             if sub is None:
                 return None
             out |= sub
-        return frozenset(out) if len(out) <= MAX_STRINGS else None
+        return frozenset(out) if len(out) <= _LIMIT[0] else None
     if op in _REPEATS and av[1] <= 2:
         low, high, sub_items = av
         inner = _sequence_strings(sub_items)
@@ -169,7 +171,7 @@ def _strings(op: Any, av: Any) -> frozenset[str] | None:
             for _ in range(count):
                 strings = {a + b for a in strings for b in inner}
             found |= strings
-        return frozenset(found) if len(found) <= MAX_STRINGS else None
+        return frozenset(found) if len(found) <= _LIMIT[0] else None
     return None
 
 
@@ -180,7 +182,7 @@ def _sequence_strings(items: Iterable[Any]) -> frozenset[str] | None:
         if sub is None:
             return None
         out = {a + b for a in out for b in sub}
-        if len(out) > MAX_STRINGS:
+        if len(out) > _LIMIT[0]:
             return None
     return frozenset(out)
 
@@ -190,9 +192,10 @@ def _required(items: Iterable[Any]) -> frozenset[str] | None:
 
     A stretch of items that can each match only a few strings gives the set
     of their concatenations: ``(?:cuda) out of`` one literal, and with a
-    larger ``MAX_STRINGS``, ``needs? (an? )?gpu`` six. Rarer literals, but more
-    of them to look for; on the benchmark corpus one string per stretch was
-    fastest once each alternative is searched on its own (``test``).
+    larger :func:`strings_limit`, ``needs? (an? )?gpu`` six. Rarer literals,
+    but more of them to look for: where each costs a ``find``, one string per
+    stretch was fastest on the benchmark corpus; where one scan finds them all,
+    up to sixteen.
     """
     candidates: list[frozenset[str]] = []
     run = {""}  # every string the current stretch of few-string items can match
@@ -205,7 +208,7 @@ def _required(items: Iterable[Any]) -> frozenset[str] | None:
         strings = _strings(op, av)
         if strings is not None:
             longer = {a + b for a in run for b in strings}
-            if len(longer) <= MAX_STRINGS:
+            if len(longer) <= _LIMIT[0]:
                 run = longer
             else:
                 flush()
@@ -314,10 +317,19 @@ def split_alternatives(pattern: str, flags: int = 0) -> list[str] | None:
     return pieces if len(pieces) > 1 and all(pieces) else None
 
 
+def strings_limit() -> int:
+    """How many strings a stretch of a pattern may stand for in its required
+    literals: :data:`MAX_STRINGS_SCANNED` when the literal scanner looks every
+    literal up in one pass, :data:`MAX_STRINGS` when each costs a ``find``.
+    Either way the literals are exact; only the speed differs."""
+    return MAX_STRINGS_SCANNED if scanner() is not None else MAX_STRINGS
+
+
 def _analysis_of(parsed: Any) -> tuple[tuple[str, ...] | None, tuple[str | None, ...], int | None]:
     """``(literals, anchors, reach)`` of a parsed pattern (None: unknown, search in full)."""
     if parsed is None:
         return None, (), None
+    _LIMIT[0] = strings_limit()
     lits = _required(parsed)
     if lits is None:
         return None, (), None
@@ -358,6 +370,7 @@ def required_literals(pattern: str) -> frozenset[str] | None:
         parsed = sre_parse.parse(pattern)
     except Exception:  # noqa: BLE001 - regex-module syntax the stdlib parser does not know
         return None
+    _LIMIT[0] = strings_limit()
     return _required(parsed)
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .__version__ import __version__
-from .fastregex import RegexCache
+from .fastregex import RegexCache, strings_limit
 
 __all__ = ["PackCache", "cache_dir", "load", "save"]
 
@@ -72,7 +72,8 @@ def _path(content_digest: str) -> Path | None:
     root, code = cache_dir(), _code_key()
     if root is None or code is None:
         return None
-    key = hashlib.sha256(f"{code}\0{content_digest}".encode()).hexdigest()[:32]
+    # The analysis looks for more literals when the literal scanner is there to find them.
+    key = hashlib.sha256(f"{code}\0{content_digest}\0{strings_limit()}".encode()).hexdigest()[:32]
     return root / "packs" / f"{key}.json"
 
 

@@ -165,7 +165,9 @@ def test_every_pack_pattern_is_analysed_without_error() -> None:
     (r"\{?(valueerror|keyerror)\W{1,4}[:}]", {"valueerror", "keyerror"}),  # an escaped brace is a brace
     (r"(?V1)[[a-z]--[aeiou]]error", None),  # version-1 set operations
 ])
-def test_required_literals(pattern: str, literals: set[str] | None) -> None:
+def test_required_literals(pattern: str, literals: set[str] | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without the literal scanner every literal costs a find: one string per stretch.
+    monkeypatch.setattr(fastregex, "scanner", lambda: None)
     got = required_literals(pattern)
     assert (got if got is None else set(got)) == literals
 
@@ -178,8 +180,10 @@ def test_required_literals(pattern: str, literals: set[str] | None) -> None:
     (r"\bsm_\d+ (is )?unsupported", {" unsupported", " is unsupported"}),
 ])
 def test_required_literals_with_expansion(pattern: str, literals: set[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    # Stretches of few-string items expand into every concatenation, up to MAX_STRINGS.
-    monkeypatch.setattr(fastregex, "MAX_STRINGS", 16)
+    # Where one scan finds every literal, stretches of few-string items expand into
+    # every concatenation (rarer literals), up to MAX_STRINGS_SCANNED.
+    monkeypatch.setattr(fastregex, "scanner", lambda: object())
+    assert fastregex.strings_limit() == fastregex.MAX_STRINGS_SCANNED == 16
     assert set(required_literals(pattern) or ()) == literals
 
 

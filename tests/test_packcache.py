@@ -181,3 +181,22 @@ def test_an_unwritable_cache_directory_only_costs_speed(tmp_path: Path, pack: Pa
     blocker.write_text("not a directory")
     monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(blocker / "cache"))
     assert _verdicts(_build(pack))  # loads and classifies; nothing written
+
+
+def test_with_and_without_the_literal_scanner_the_analyses_are_kept_apart(cache: Path, pack: Path,
+                                                                           lookup: str) -> None:
+    # With the scanner the analysis looks for more (rarer) literals than without:
+    # each mode restores its own, and both classify alike.
+    from loop_core import litscan
+
+    other = lookup != "scanner"
+    first = _verdicts(_build(pack))
+    litscan.use_scanner(other)
+    try:
+        second = _verdicts(_build(pack))
+    finally:
+        litscan.use_scanner(lookup == "scanner")
+    assert len(list((cache / "packs").glob("*.json"))) == 2
+    assert first == second
+    assert _verdicts(_build(pack)) == first  # restored from the first mode's file
+    assert len(list((cache / "packs").glob("*.json"))) == 2
