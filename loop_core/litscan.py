@@ -30,6 +30,9 @@ __all__ = ["LiteralScanner", "Scan", "ENV", "MAX_LITERALS", "available", "scanne
 
 ENV = "LOOP_RULES_SCANNER"
 MAX_LITERALS = 8192  # a scanner this full learns no more (its automaton would grow without bound)
+# Until this many scans, automata are built as NFAs (about a millisecond for 800 literals,
+# scanning at half the speed) while the literals still change; then as DFAs (several ms).
+DFA_AFTER = 64
 _OFF = ("off", "0", "no", "false")
 
 
@@ -93,9 +96,10 @@ class _Build:
     swaps it in whole, so a scan running beside it in another thread numbers its
     matches with the literals of the automaton that found them."""
 
-    __slots__ = ("literals", "known", "absent", "unknown", "ascii_literals", "ascii", "text")
+    __slots__ = ("literals", "known", "absent", "unknown", "ascii_literals", "ascii", "text", "dfa")
 
-    def __init__(self, literals: tuple[str, ...], ascii: Any, ascii_literals: tuple[str, ...]) -> None:
+    def __init__(self, literals: tuple[str, ...], ascii: Any, ascii_literals: tuple[str, ...], dfa: bool) -> None:
+        self.dfa = dfa
         self.literals = literals
         self.known = frozenset(literals)
         self.absent = dict.fromkeys(literals, -1)  # every known literal -> -1
@@ -140,8 +144,10 @@ class LiteralScanner:
         self._scans += 1
         built = self._built
         pending = len(self._pending)
-        # Rebuild on schedule, or at once when a new pack's literals arrive in bulk.
-        if pending and (self._scans > self._next_build or built is None or 2 * pending >= len(built.known)):
+        # Rebuild on schedule, or at once when a new pack's literals arrive in bulk,
+        # or (once) when the run has gone on long enough to pay for a DFA.
+        if pending and (self._scans > self._next_build or built is None or 2 * pending >= len(built.known)) or (
+                built is not None and not built.dfa and self._scans >= DFA_AFTER):
             built = self._build()
         if built is None:
             return None
@@ -152,16 +158,17 @@ class LiteralScanner:
         else:
             numbered = built.literals
             if built.text is None:
-                built.text = self._automaton(self._backend.AhoCorasick, list(numbered))
+                built.text = self._automaton(self._backend.AhoCorasick, list(numbered), built.dfa)
             try:
                 matches = built.text.find_matches_as_indexes(low, overlapping=True)
             except UnicodeError:
                 return None  # a lone surrogate in the text: UTF-8 cannot hold it, find can
         return Scan(built.known, built.absent, built.unknown, numbered, matches)
 
-    def _automaton(self, kind: Any, patterns: list[Any]) -> Any:
+    def _automaton(self, kind: Any, patterns: list[Any], dfa: bool) -> Any:
         backend = self._backend
-        return kind(patterns, matchkind=backend.MatchKind.Standard, implementation=backend.Implementation.DFA)
+        shape = backend.Implementation.DFA if dfa else backend.Implementation.ContiguousNFA
+        return kind(patterns, matchkind=backend.MatchKind.Standard, implementation=shape)
 
     def _build(self) -> _Build:
         waiting = set(self._pending)
@@ -170,9 +177,10 @@ class LiteralScanner:
         # An ASCII text is scanned as bytes, whose offsets are its positions; only
         # ASCII literals can occur in it.
         ascii_literals = tuple(lit for lit in literals if lit.isascii())
-        automaton = (self._automaton(self._backend.BytesAhoCorasick, [lit.encode("ascii") for lit in ascii_literals])
-                     if ascii_literals else None)
-        built = self._built = _Build(literals, automaton, ascii_literals)
+        dfa = self._scans >= DFA_AFTER
+        automaton = (self._automaton(self._backend.BytesAhoCorasick, [lit.encode("ascii") for lit in ascii_literals],
+                                     dfa) if ascii_literals else None)
+        built = self._built = _Build(literals, automaton, ascii_literals, dfa)
         self.builds += 1
         self._next_build = self._scans + 2 ** min(self.builds, 12)
         return built

@@ -107,6 +107,18 @@ def test_a_new_packs_literals_are_scanned_for_without_waiting(fresh: litscan.Lit
     assert fresh.builds == before + 1
 
 
+def test_early_automata_are_quick_to_build_and_a_long_run_gets_a_dfa(fresh: litscan.LiteralScanner) -> None:
+    texts = [f"line {i}: cuda out of memory, killed" for i in range(litscan.DFA_AFTER + 10)]
+    for i, text in enumerate(texts):
+        index = TextIndex(text)
+        assert index.holds("out of memory") and index.holds("killed") and not index.holds("cubin")
+        assert index.hits("out of memory", 3) == [text.index("out of memory")]
+        if i == 5:
+            assert fresh._built is not None and not fresh._built.dfa
+    assert fresh._built is not None and fresh._built.dfa
+    assert fresh.known == {"out of memory", "killed", "cubin"}
+
+
 def test_the_scanner_stops_learning_when_full(fresh: litscan.LiteralScanner, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(litscan, "MAX_LITERALS", 5)
     for i in range(40):
