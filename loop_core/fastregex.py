@@ -127,7 +127,7 @@ def _seq(items: Any) -> list[Any]:
 
 def _best(candidates: list[frozenset[str]]) -> frozenset[str] | None:
     """The candidate cheapest to rule out: long strings (rare in logs) but few of
-    them (each costs a scan of the text); past eight characters length stops paying."""
+    them (without the literal scanner each costs a find); past eight characters length stops paying."""
     usable = [c for c in candidates if c and min(map(len, c)) >= MIN_LITERAL]
     if not usable:
         return None

@@ -32,6 +32,21 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["LOOP_RULES_CACHE_DIR"] = tempfile.mkdtemp(prefix="loop-rules-test-cache-")
 
 
+def corpus_bundles() -> list[Bundle]:
+    """Every labelled corpus case as a bundle, then every readable conformance bundle."""
+    from loop_core import read_bundle
+    from loop_core.evaluate import case_bundle, load_cases
+
+    here = Path(__file__).resolve().parent
+    bundles = [case_bundle(c) for c in load_cases(here / "corpus")]
+    for path in sorted((here / "conformance" / "bundles").iterdir()):
+        try:
+            bundles.append(read_bundle(path))
+        except Exception:  # noqa: BLE001 - malformed on purpose; the reader's tests cover them
+            continue
+    return bundles
+
+
 @pytest.fixture(params=["scanner", "find"])
 def lookup(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run a test once with the compiled literal scanner and once with ``str.find``

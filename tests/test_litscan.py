@@ -13,9 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loop_core import Engine, litscan, make_plugin_manager, read_bundle
-from loop_core.evaluate import case_bundle, load_cases
+from loop_core import Engine, litscan, make_plugin_manager
 from loop_core.fastregex import TextIndex
+
+from .conftest import corpus_bundles
 
 HERE = Path(__file__).parent
 
@@ -148,19 +149,9 @@ def test_off_by_environment_or_when_the_package_is_missing(monkeypatch: pytest.M
     litscan.use_scanner(None)
 
 
-def _corpus() -> list:
-    bundles = [case_bundle(c) for c in load_cases(HERE / "corpus")]
-    for path in sorted((HERE / "conformance" / "bundles").iterdir()):
-        try:
-            bundles.append(read_bundle(path))
-        except Exception:  # noqa: BLE001 - malformed on purpose
-            continue
-    return bundles
-
-
 @pytest.mark.parametrize("pack", ["default", "reference"])
 def test_verdicts_are_the_same_with_and_without_the_scanner(pack: str) -> None:
-    bundles = _corpus()
+    bundles = corpus_bundles()
     engine = Engine.build(pack, make_plugin_manager(entry_points=False))
     seen = {}
     try:
@@ -217,7 +208,7 @@ def test_a_rebuild_during_a_scan_does_not_mix_two_builds() -> None:
 def test_threads_classifying_at_once_get_the_verdicts_of_one_thread() -> None:
     # Rebuilds happen while other threads scan: each scan must number its matches
     # with the literals of the automaton that found them.
-    bundles = _corpus()
+    bundles = corpus_bundles()
     engine = Engine.build("default", make_plugin_manager(entry_points=False))
     try:
         litscan.use_scanner(False)

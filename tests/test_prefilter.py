@@ -6,15 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from loop_core import Engine, make_plugin_manager, read_bundle
+from loop_core import Engine, make_plugin_manager
 from loop_core.conditions import Need
-from loop_core.evaluate import case_bundle, load_cases
 from loop_core.fastregex import TextIndex, affix_key, anchor_word
 from loop_core.rules import Rule
 from loop_core.testing import make_bundle
 from loop_core.view import View
 
-HERE = Path(__file__).parent
+from .conftest import corpus_bundles
 
 
 def _plain_walk(engine: Engine, view: View) -> str | None:
@@ -54,19 +53,9 @@ def _synthetic_pack(root: Path, count: int) -> Path:
     return root
 
 
-def _corpus_bundles() -> list:
-    bundles = [case_bundle(c) for c in load_cases(HERE / "corpus")]
-    for path in sorted((HERE / "conformance" / "bundles").iterdir()):
-        try:
-            bundles.append(read_bundle(path))
-        except Exception:  # noqa: BLE001 - malformed on purpose; the reader's tests cover them
-            continue
-    return bundles
-
-
 @pytest.fixture(scope="module")
 def corpus() -> list:
-    return _corpus_bundles()
+    return corpus_bundles()
 
 
 @pytest.mark.parametrize("pack", ["default", "reference"])
