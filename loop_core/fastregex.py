@@ -460,7 +460,7 @@ def _reach(parsed: Any) -> int | None:
     return lines if lines is not None and lines <= MAX_REACH_LINES else None
 
 
-_NO_SCAN = Scan(frozenset(), {}, {}, (), [])  # a text read while the scanner knew no literal yet
+_NO_SCAN = Scan(frozenset(), {}, (), [])  # a text read while the scanner knew no literal yet
 
 
 class TextIndex:
@@ -516,11 +516,11 @@ class TextIndex:
 
     def _read(self, literals: LiteralScanner) -> None:
         scan = self._scan = literals.scan(self.low) or _NO_SCAN
-        if scan.known:
-            # In place: a rule walk holds on to ``_first`` while it probes.
-            first = self._first
-            first.update(scan.absent)
-            first.update(scan.first)
+        if scan.first:
+            # In place: a rule walk holds on to ``_first`` while it probes. Only what
+            # occurs: a known literal that does not is remembered when first asked for
+            # (:meth:`_probe`), not all several hundred at every scan.
+            self._first.update(scan.first)
 
     def words(self) -> frozenset[str]:
         """The whitespace-separated words of ``low``."""
@@ -570,11 +570,16 @@ class TextIndex:
         if self.scannable:
             literals = scanner()
             if literals is not None:
-                if self._scan is None:
+                scan = self._scan
+                if scan is None:
                     self._read(literals)
+                    scan = self._scan
                     at = self._first.get(literal)
                     if at is not None:
                         return at
+                if literal in scan.known:  # looked for and not found
+                    self._first[literal] = -1
+                    return -1
                 literals.learn(literal)
                 if self._words is None:
                     anchor = None  # a word set costs more than one find

@@ -52,18 +52,17 @@ def available() -> bool:
 
 
 class Scan:
-    """What one pass found in one text: ``known``, the literals it looked for
-    (``absent`` maps each to -1); ``first``, those that occur, with their first
-    positions (``present``: the same as a set); and every match, from which each
-    literal's positions are listed on demand (:meth:`positions`). ``unknown``
-    remembers, per set of literals asked about, those the pass did not look for."""
+    """What one pass found in one text: ``known``, the literals it looked for;
+    ``first``, those that occur, with their first positions (``present``: the
+    same as a set); and every match, from which each literal's positions are
+    listed on demand (:meth:`positions`). ``unknown`` remembers, per set of
+    literals asked about, those the pass did not look for."""
 
-    __slots__ = ("known", "absent", "unknown", "first", "present", "_literals", "_matches", "_all")
+    __slots__ = ("known", "unknown", "first", "present", "_literals", "_matches", "_all")
 
-    def __init__(self, known: frozenset[str], absent: dict[str, int], unknown: dict[frozenset[str], tuple[str, ...]],
+    def __init__(self, known: frozenset[str], unknown: dict[frozenset[str], tuple[str, ...]],
                  literals: tuple[str, ...], matches: list[tuple[int, int, int]]) -> None:
         self.known = known
-        self.absent = absent
         self.unknown = unknown
         self._literals = literals
         self._matches = matches
@@ -96,13 +95,12 @@ class _Build:
     swaps it in whole, so a scan running beside it in another thread numbers its
     matches with the literals of the automaton that found them."""
 
-    __slots__ = ("literals", "known", "absent", "unknown", "ascii_literals", "ascii", "text", "dfa")
+    __slots__ = ("literals", "known", "unknown", "ascii_literals", "ascii", "text", "dfa")
 
     def __init__(self, literals: tuple[str, ...], ascii: Any, ascii_literals: tuple[str, ...], dfa: bool) -> None:
         self.dfa = dfa
         self.literals = literals
         self.known = frozenset(literals)
-        self.absent = dict.fromkeys(literals, -1)  # every known literal -> -1
         self.unknown: dict[frozenset[str], tuple[str, ...]] = {}  # see Scan.unknown_of
         self.ascii_literals = ascii_literals  # numbered as the byte automaton numbers them
         self.ascii = ascii  # over the ASCII literals' bytes, for ASCII texts (most logs): a little faster
@@ -163,7 +161,7 @@ class LiteralScanner:
                 matches = built.text.find_matches_as_indexes(low, overlapping=True)
             except UnicodeError:
                 return None  # a lone surrogate in the text: UTF-8 cannot hold it, find can
-        return Scan(built.known, built.absent, built.unknown, numbered, matches)
+        return Scan(built.known, built.unknown, numbered, matches)
 
     def _automaton(self, kind: Any, patterns: list[Any], dfa: bool) -> Any:
         backend = self._backend
