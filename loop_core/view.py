@@ -57,6 +57,9 @@ _ERROR_TAG = re.compile(
 
 # Every error line contains one of these (lower-cased): a cheap pre-filter.
 _HINTS = ("error", "exception", "killed", "traceback", "fatal", "critical", "panic", "bug")
+# Every match of _EXCEPTION_LINE ends in one of these (as written): most lines that hold
+# a hint ("ERROR 05-26 ...") hold none, and a few substring tests spare the regex.
+_EXCEPTION_ENDS = ("Error", "Exception", "Killed", "Traceback")
 
 
 def _pt(bundle: Bundle, name: str) -> dict[str, Any]:
@@ -120,17 +123,23 @@ def _error_kind(line: str) -> int:
     A bare ``Traceback (most recent call last):`` header, decorated or not, is 0.
     """
     low = line.lower()
-    if not any(hint in low for hint in _HINTS):
+    for hint in _HINTS:
+        if hint in low:
+            break
+    else:
         return 0
     message = _message(line)
     if _BARE_TRACEBACK.match(message):
         return 0
-    if _EXCEPTION_LINE.search(line):
-        return 2
+    for end in _EXCEPTION_ENDS:
+        if end in line:
+            if _EXCEPTION_LINE.search(line):
+                return 2
+            break
     return 1 if _ERROR_TAG.match(message) else 0
 
 
-TAIL_CHUNK = 2048  # characters split at a time by reversed_lines
+TAIL_CHUNK = 1024  # characters split at a time by reversed_lines
 
 
 def reversed_lines(text: str, chunk: int = TAIL_CHUNK) -> Iterator[str]:

@@ -123,3 +123,31 @@ def test_the_final_error_is_found_far_from_the_end() -> None:
     # The error is followed by more lines than one tail chunk holds.
     text = "start\nValueError: early\n" + "INFO shutting down worker\n" * 400
     assert final_error(text) == "ValueError: early"
+
+
+def _kind_without_shortcuts(line: str) -> int:
+    """What ``_error_kind`` means, every regex run on every line."""
+    from loop_core.view import _BARE_TRACEBACK, _ERROR_TAG, _EXCEPTION_LINE, _message
+
+    message = _message(line)
+    if _BARE_TRACEBACK.match(message):
+        return 0
+    if _EXCEPTION_LINE.search(line):
+        return 2
+    return 1 if _ERROR_TAG.match(message) else 0
+
+
+_LINE_PIECES = st.sampled_from([
+    "ValueError", "Errors", "KeyError.attr", "error", "ERROR", "Error", "Exception", "MyException2", "_Exception",
+    "Killed", "killed", "Traceback (most recent call last):", "Traceback", "ERROR 05-26 07:50:26", "[BUG]",
+    "[error]", "fatal", "FATAL:", "critical", "panic", "bug", "(EngineCore pid=12)", "[rank0]:", "vllm-1  |",
+    "core.py:396]", "level=ERROR", ": ", ":", " ", ".", "x", "\u00e9", "AssertionError", "torch.cuda.OutOfMemoryError",
+])
+
+
+@given(st.lists(_LINE_PIECES, max_size=12).map("".join))
+def test_the_shortcuts_of_error_kind_change_no_answer(line: str) -> None:
+    # The hint and exception-name substring tests only spare regexes that could not match.
+    from loop_core.view import _error_kind
+
+    assert _error_kind(line) == _kind_without_shortcuts(line)
