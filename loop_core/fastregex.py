@@ -553,6 +553,17 @@ class TextIndex:
                 return True
         return False
 
+    def known_present(self, literals: frozenset[str]) -> AbstractSet[str] | None:
+        """Those of ``literals`` that occur, when one pass of the literal scanner
+        looked for every one of them (scanning the text now if it was not yet);
+        None otherwise."""
+        if self.scanned() is None:
+            return None
+        scan: Scan = self._scan  # type: ignore[assignment]
+        if scan.unknown_of(literals):
+            return None
+        return literals & scan.present
+
     def holds_any_of(self, literals: frozenset[str], pairs: Iterable[tuple[str, str | None]]) -> bool:
         """:meth:`holds_any` of ``pairs``, whose literals are ``literals``: one set
         operation when the literal scanner has read the text for all of them."""
@@ -577,7 +588,7 @@ class TextIndex:
                     at = self._first.get(literal)
                     if at is not None:
                         return at
-                if literal in scan.known:  # looked for and not found
+                if literal in scan.known:  # type: ignore[union-attr]  # looked for and not found
                     self._first[literal] = -1
                     return -1
                 literals.learn(literal)

@@ -23,6 +23,7 @@ provably cannot match, so the first match is the one a plain walk finds.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from .conditions import Need, Selector
@@ -53,7 +54,7 @@ class _ByWord:
 class RuleIndex:
     """The rules of a pack, indexed by the words and literals they need."""
 
-    __slots__ = ("size", "_always", "_by_word", "_checked")
+    __slots__ = ("size", "_always", "_by_word", "_checked", "_checked_literals")
 
     def __init__(self, needs: Sequence[tuple[Need, ...] | None]) -> None:
         """``needs[i]`` are the needs of rule ``i`` (None or empty: always evaluated)."""
@@ -77,6 +78,13 @@ class RuleIndex:
                         entry.affix_rules.setdefault(need.affix, []).append(pos)  # type: ignore[arg-type]
                     entry.positions.add(pos)
                     entry.by_literal.setdefault(need.literal, []).append(pos)
+        # Every literal the checked rules need, per selector: one set operation over a
+        # scanned text answers them all (see _may_hold).
+        wanted: dict[str, set[str]] = {}
+        for groups in self._checked.values():
+            for selector, _pairs, literals in groups:
+                wanted.setdefault(selector.text, set()).update(literals)
+        self._checked_literals = {text: frozenset(lits) for text, lits in wanted.items()}
         for entry in by_word.values():
             entry.words = frozenset(entry.rules)
             entry.affixes = frozenset(entry.affix_rules)
@@ -113,10 +121,34 @@ class RuleIndex:
                 for key in index.affixes() & entry.affixes:
                     found.update(entry.affix_rules[key])
         checked = self._checked
+        present: dict[str, AbstractSet[str] | None] = {}  # per selector, see _may_hold
         for pos in sorted(found):
             groups = checked.get(pos)
-            if groups is None or _may_hold(view, groups):
+            if groups is None or self._may_hold(view, groups, present):
                 yield pos
+
+    def _may_hold(self, view: View, groups: _Groups, present: dict[str, AbstractSet[str] | None]) -> bool:
+        """Whether one of the needs may hold: its literal occurs in the text it is about.
+
+        ``present`` remembers, per selector, which of all the checked rules'
+        literals occur in its text, when one scan looked for every one of them:
+        each later rule is then one ``isdisjoint``.
+        """
+        for selector, pairs, literals in groups:
+            key = selector.text
+            found = present.get(key, _UNSEEN)
+            if found is _UNSEEN:
+                found = present[key] = _occurring(view, selector, self._checked_literals[key])
+            if found is _NO_TEXT:
+                continue
+            if found is not None:
+                if not literals.isdisjoint(found):
+                    return True
+                continue
+            index = view.index(selector.values(view)[0])
+            if not index.exact or index.holds_any_of(literals, pairs):
+                return True
+        return False
 
 
 def _by_selector(needs: tuple[Need, ...]) -> _Groups:
@@ -126,16 +158,15 @@ def _by_selector(needs: tuple[Need, ...]) -> _Groups:
     return tuple((selector, tuple(pairs), frozenset(lit for lit, _ in pairs)) for selector, pairs in groups.values())
 
 
-def _may_hold(view: View, groups: _Groups) -> bool:
-    """Whether one of the needs may hold: its literal occurs in the text it is about."""
-    for selector, pairs, literals in groups:
-        values = selector.values(view)
-        value = values[0] if values else None
-        if not isinstance(value, str) or not value:
-            continue  # no literal occurs in an empty text (Need.of keeps none empty)
-        index = view.index(value)
-        if not index.exact:
-            return True
-        if index.holds_any_of(literals, pairs):
-            return True
-    return False
+_UNSEEN: frozenset[str] = frozenset(["<unseen>"])
+_NO_TEXT: frozenset[str] = frozenset()  # an empty or non-text value: no literal occurs (Need.of keeps none empty)
+
+
+def _occurring(view: View, selector: Selector, literals: frozenset[str]) -> AbstractSet[str] | None:
+    """Those of ``literals`` in the text ``selector`` picks, when one scan of it looked for
+    them all; :data:`_NO_TEXT` for no text; None when each must be looked up."""
+    values = selector.values(view)
+    value = values[0] if values else None
+    if not isinstance(value, str) or not value:
+        return _NO_TEXT
+    return view.index(value).known_present(literals)
