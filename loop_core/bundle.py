@@ -352,17 +352,21 @@ def _decode_object(root: Path, name: str, data: bytes, limits: ReadLimits) -> di
         raise BundleError(
             f"{root / name}: not UTF-8 (byte {data[e.start]:#04x} at offset {e.start})", path=root
         ) from e
-    depth = _nesting_depth(text, limits.max_depth)
-    if depth > limits.max_depth:
-        raise BundleError(
-            f"{root / name}: JSON nested deeper than {limits.max_depth} levels", path=root
-        )
+    bound = limits.max_depth
+    # Fewer brackets than the bound cannot nest deeper. More are mostly text (a log
+    # excerpt's "[rank0]:" tags): the parsed value's depth is then what counts, and the
+    # text's is worked out only when parsing fails, to say which way it is wrong.
+    may_be_deep = text.count("[") + text.count("{") > bound
     try:
         doc = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
+        if may_be_deep and _nesting_depth(text, bound) > bound:
+            raise BundleError(f"{root / name}: JSON nested deeper than {bound} levels", path=root) from e
+        if isinstance(e, RecursionError):  # pragma: no cover - deeper than the bound, caught above
+            raise BundleError(f"{root / name}: JSON nested too deeply", path=root) from e
         raise BundleError(f"{root / name}: invalid JSON: {e}", path=root) from e
-    except RecursionError as e:  # pragma: no cover - the depth pre-check prevents it
-        raise BundleError(f"{root / name}: JSON nested too deeply", path=root) from e
+    if may_be_deep and _value_depth(doc, bound) > bound:
+        raise BundleError(f"{root / name}: JSON nested deeper than {bound} levels", path=root)
     if not isinstance(doc, dict):
         raise BundleError(f"{root / name}: expected a JSON object, got {type(doc).__name__}", path=root)
     if "\\u" in text and _SURROGATE_ESCAPE.search(text):
@@ -373,6 +377,24 @@ def _decode_object(root: Path, name: str, data: bytes, limits: ReadLimits) -> di
                 f"{root / name}: holds a lone surrogate escape, which is not valid Unicode", path=root
             ) from e
     return doc
+
+
+def _value_depth(value: Any, bound: int) -> int:
+    """How deep the arrays and objects of a parsed JSON value nest (1 for a flat object),
+    counted up to just past ``bound``: what :func:`_nesting_depth` says of its text."""
+    if not isinstance(value, (dict, list)):
+        return 0
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > deepest:
+            deepest = depth
+            if deepest > bound:
+                break
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
 
 
 def _nesting_depth(text: str, bound: int) -> int:

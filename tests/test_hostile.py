@@ -560,6 +560,42 @@ def test_brackets_inside_strings_are_not_nesting(valid: Callable[..., Path], eng
     assert bundle.pt3 is not None and bundle.pt3["failure_log_excerpt"] == text
 
 
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\x:,'),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(alphabet="[]{}a", max_size=3), inner,
+                                                                max_size=4),
+    max_leaves=30)
+
+
+@given(_JSON_VALUES, st.integers(min_value=0, max_value=12))
+def test_a_parsed_value_is_as_deep_as_its_text_says(value: Any, bound: int) -> None:
+    # The reader measures the parsed value; its text's bracket nesting is the definition.
+    from loop_core.bundle import _nesting_depth, _value_depth
+
+    text = json.dumps(value)
+    parsed_depth = _value_depth(json.loads(text), bound)
+    if text.count("[") + text.count("{") <= bound:
+        assert parsed_depth <= bound  # too few brackets to nest deeper
+    else:  # both count up to just past the bound
+        assert min(parsed_depth, bound + 1) == min(_nesting_depth(text, bound), bound + 1)
+
+
+@pytest.mark.parametrize("deep", [True, False])
+def test_the_depth_bound_holds_for_valid_json_full_of_brackets(valid: Callable[..., Path], deep: bool) -> None:
+    # Bracket-laden strings push the count over the bound; only real nesting is refused.
+    path = valid()
+    pt3 = json.loads((path / "pt3-boot.json").read_text())
+    nested: Any = "[{[{" * 40
+    for _ in range(70 if deep else 60):
+        nested = [nested]
+    pt3["extra"] = nested
+    (path / "pt3-boot.json").write_text(json.dumps(pt3))
+    if deep:
+        read_refused(path, r"pt3-boot\.json: JSON nested deeper than 64 levels")
+    else:
+        assert read_bundle(path).pt3["extra"] == nested  # type: ignore[index]
+
+
 def test_max_depth_is_configurable(valid: Callable[..., Path]) -> None:
     path = valid({"pt3": {"extra": [[[[[[[[["deep"]]]]]]]]]}})
     assert read_bundle(path).pt3 is not None
