@@ -62,6 +62,7 @@ _FLAG_MAP = ((regex.IGNORECASE, re.IGNORECASE), (regex.MULTILINE, re.MULTILINE),
              (regex.DOTALL, re.DOTALL), (regex.VERBOSE, re.VERBOSE))
 MAX_WINDOWS = 64  # more separate windows than this: one search of the whole text is cheaper
 MAX_REACH_LINES = 8  # a pattern whose matches can span more lines is searched in full
+WHOLE_TEXT_BELOW = 512  # a text this short is searched whole: finding windows in it costs more than it saves
 AFFIX = 8  # characters of a word's start and end kept by TextIndex.affixes
 TOKEN_MIN = 2048  # below this length, scanning a text is cheaper than building its word set
 _FOLDS_TO_ASCII_S = "\u017f"  # LATIN SMALL LETTER LONG S: matches (?i)s, but lower() keeps it
@@ -801,13 +802,20 @@ class GuardedRegex:
                         found.update(positions)
             order: Iterable[int] = sorted(found)
         else:
+            occurring = None
             order = range(len(branches))
         deadline = None if timeout is None else time.monotonic() + timeout
         for pos in order:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise TimeoutError(f"regex {self.pattern!r} timed out")
-            if branches[pos].search(text, timeout=left, index=idx) is not None:
+            branch = branches[pos]
+            if occurring is not None and branch._literals is not None:
+                # Its literals that occur are known already: no lookup one by one.
+                m = branch._search_near(text, left, idx, [lit for lit in branch._literals if lit in occurring])
+            else:
+                m = branch.search(text, timeout=left, index=idx)
+            if m is not None:
                 return True
         return False
 
@@ -842,9 +850,13 @@ class GuardedRegex:
         if not idx.exact:
             return self.compiled.search(text, timeout=timeout)
         present = [lit for lit, anchor in zip(self._literals, self._anchors) if idx.holds(lit, anchor)]
+        return self._search_near(text, timeout, idx, present)
+
+    def _search_near(self, text: str, timeout: float | None, idx: TextIndex, present: list[str]) -> Any:
+        """:meth:`search`, given those of the pattern's literals that occur in the text."""
         if not present:
             return None
-        if self._reach is None:
+        if self._reach is None or len(text) <= WHOLE_TEXT_BELOW:
             return self.compiled.search(text, timeout=timeout)
         hits: list[tuple[int, int]] = []
         for lit in present:
