@@ -54,7 +54,7 @@ class _ByWord:
 class RuleIndex:
     """The rules of a pack, indexed by the words and literals they need."""
 
-    __slots__ = ("size", "_always", "_by_word", "_checked", "_checked_literals")
+    __slots__ = ("size", "_always", "_by_word", "_checked", "_checked_literals", "_base", "_base_order")
 
     def __init__(self, needs: Sequence[tuple[Need, ...] | None]) -> None:
         """``needs[i]`` are the needs of rule ``i`` (None or empty: always evaluated)."""
@@ -85,6 +85,9 @@ class RuleIndex:
             for selector, _pairs, literals in groups:
                 wanted.setdefault(selector.text, set()).update(literals)
         self._checked_literals = {text: frozenset(lits) for text, lits in wanted.items()}
+        # The rules every walk looks at (always evaluated, or checked on the way), in order.
+        self._base = frozenset(self._always) | frozenset(self._checked)
+        self._base_order = tuple(sorted(self._base))
         for entry in by_word.values():
             entry.words = frozenset(entry.rules)
             entry.affixes = frozenset(entry.affix_rules)
@@ -99,8 +102,7 @@ class RuleIndex:
 
     def candidates(self, view: View) -> Iterator[int]:
         """Positions of the rules that may match ``view``, in order."""
-        found = set(self._always)
-        found.update(self._checked)
+        found: set[int] = set()  # the indexed rules one of whose words or literals the bundle has
         for entry in self._by_word:
             values = entry.selector.values(view)
             value = values[0] if values else None
@@ -120,11 +122,13 @@ class RuleIndex:
             if entry.affixes:
                 for key in index.affixes() & entry.affixes:
                     found.update(entry.affix_rules[key])
+        order = sorted(self._base.union(found)) if found else self._base_order
         checked = self._checked
         present: dict[str, AbstractSet[str] | None] = {}  # per selector, see _may_hold
-        for pos in sorted(found):
+        may_hold = self._may_hold
+        for pos in order:
             groups = checked.get(pos)
-            if groups is None or self._may_hold(view, groups, present):
+            if groups is None or may_hold(view, groups, present):
                 yield pos
 
     def _may_hold(self, view: View, groups: _Groups, present: dict[str, AbstractSet[str] | None]) -> bool:
