@@ -189,7 +189,13 @@ def _sequence_strings(items: Iterable[Any]) -> frozenset[str] | None:
 
 
 def _required(items: Iterable[Any]) -> frozenset[str] | None:
-    """A set of literals one of which every match of the sequence contains, or None.
+    """A set of literals one of which every match of the sequence contains, or None
+    (the best of :func:`_required_sets`)."""
+    return _best(_required_sets(items))
+
+
+def _required_sets(items: Iterable[Any]) -> list[frozenset[str]]:
+    """Sets of literals, one of each of which every match of the sequence contains.
 
     A stretch of items that can each match only a few strings gives the set
     of their concatenations: ``(?:cuda) out of`` one literal, and with a
@@ -236,7 +242,7 @@ def _required(items: Iterable[Any]) -> frozenset[str] | None:
                 if inner is not None:
                     candidates.append(inner)
     flush()
-    return _best(candidates)
+    return candidates
 
 
 def _branch_required(av: Any) -> frozenset[str] | None:
@@ -326,16 +332,24 @@ def strings_limit() -> int:
     return MAX_STRINGS_SCANNED if scanner() is not None else MAX_STRINGS
 
 
-def _analysis_of(parsed: Any) -> tuple[tuple[str, ...] | None, tuple[str | None, ...], int | None]:
-    """``(literals, anchors, reach)`` of a parsed pattern (None: unknown, search in full)."""
+_Analysis = tuple[tuple[str, ...] | None, tuple[str | None, ...], int | None, tuple[str, ...] | None]
+
+
+def _analysis_of(parsed: Any) -> _Analysis:
+    """``(literals, anchors, reach, also)`` of a parsed pattern (None: unknown, search
+    in full). ``also`` is a second set of literals every match holds one of, besides
+    one of ``literals`` (None: no other worth looking for)."""
     if parsed is None:
-        return None, (), None
+        return None, (), None, None
     _LIMIT[0] = strings_limit()
-    lits = _required(parsed)
+    sets = _required_sets(parsed)
+    lits = _best(sets)
     if lits is None:
-        return None, (), None
+        return None, (), None, None
     literals = tuple(sorted(lits, key=len, reverse=True))
-    return literals, tuple(anchor_word(lit) for lit in literals), _reach(parsed)
+    other = _best([c for c in sets if c != lits and not c >= lits])
+    also = None if other is None else tuple(sorted(other, key=len, reverse=True))
+    return literals, tuple(anchor_word(lit) for lit in literals), _reach(parsed), also
 
 
 def _alternatives(parsed: Any, count: int) -> list[Any] | None:
@@ -638,7 +652,7 @@ class GuardedRegex:
     do not depend on when it happened.
     """
 
-    __slots__ = ("_compiled", "pattern", "flags", "_literals", "_anchors", "_reach", "_branches", "_plan",
+    __slots__ = ("_compiled", "pattern", "flags", "_literals", "_anchors", "_reach", "_also", "_branches", "_plan",
                  "_tree", "_analysed")
 
     def __init__(self, compiled: Any) -> None:
@@ -671,6 +685,7 @@ class GuardedRegex:
             self._analyse()
         return {"flags": int(self.flags), "literals": None if self._literals is None else list(self._literals),
                 "anchors": list(self._anchors), "reach": self._reach,
+                "also": None if self._also is None else list(self._also),
                 "branches": [[b.pattern, b.export()] for b in self._branches]}
 
     @classmethod
@@ -694,11 +709,16 @@ class GuardedRegex:
             raise ValueError("anchors do not fit the literals")
         if reach is not None and (not isinstance(reach, int) or isinstance(reach, bool) or reach < 0):
             raise ValueError("bad reach")
+        also = data.get("also")
+        if also is not None and not (isinstance(also, list) and also and all(isinstance(x, str) and x for x in also)
+                                     and literals is not None):
+            raise ValueError("bad also")
         if not (isinstance(branches, list) and all(isinstance(b, list) and len(b) == 2 and isinstance(b[0], str)
                                                    for b in branches)):
             raise ValueError("bad branches")
         self._literals = None if literals is None else tuple(literals)
         self._anchors, self._reach = tuple(anchors), reach
+        self._also = None if also is None else tuple(also)
         self._branches = tuple(cls.restore(piece, effective, sub) for piece, sub in branches)
         self._analysed = True
         return self
@@ -742,7 +762,7 @@ class GuardedRegex:
 
     def _analyse(self) -> None:
         parsed = self._parse()
-        self._literals, self._anchors, self._reach = _analysis_of(parsed)
+        self._literals, self._anchors, self._reach, self._also = _analysis_of(parsed)
         pieces = split_alternatives(self.pattern, self.flags) or []
         trees = _alternatives(parsed, len(pieces))
         if trees is not None:  # the parse already holds each alternative: no parse of its own
@@ -856,6 +876,9 @@ class GuardedRegex:
         """:meth:`search`, given those of the pattern's literals that occur in the text."""
         if not present:
             return None
+        also = self._also
+        if also is not None and not any(idx.holds(lit) for lit in also):
+            return None  # every match holds one of these too, and none occurs
         if self._reach is None or len(text) <= WHOLE_TEXT_BELOW:
             return self.compiled.search(text, timeout=timeout)
         hits: list[tuple[int, int]] = []

@@ -58,7 +58,7 @@ WORDS = ["error", "Error", "RuntimeError:", "CUDA", "cuda", "out", "of", "memory
          "available", "no", "FlashAttention-3", "fa3", "requires", "Hopper", "sm_90", "Killed", "process", "4242",
          "torch.", "OutOfMemoryError", "Traceback", "\n", " ", "  ", "\t", "code:", "7", "KV", "cache", "needed",
          "awq", "marlin", "import", "cannot", "name", "Model", "architectures", "['X']", "are", "not", "supported",
-         "é", "ſ", "K", "İ", "█", "→", "ValueError:", "failed", "HIP", "error:", "ABC12"]
+         "é", "ſ", "K", "İ", "█", "→", "ValueError:", "failed", "HIP", "error:", "ABC12", "unsupported", "compute_80"]
 
 
 # `lookup` (conftest) runs each property once with the literal scanner, once without.
@@ -191,6 +191,32 @@ def test_anchor_words_are_interior_words() -> None:
     g = GuardedRegex(regex.compile(r"(?i)no kernel image is available|flashattention"))
     assert dict(zip(g.literals, g.anchors)) == {"no kernel image is available": "kernel",
                                                 "flashattention": None}
+
+
+def test_a_second_literal_set_rules_out_what_the_first_lets_through() -> None:
+    # Every match holds "unsupported" and also "sm_" or "compute_": a text with only the
+    # first (vLLM's long "... are not supported for now" list) is not searched at all.
+    g = GuardedRegex(regex.compile(r"(?i)\b(sm|compute)_\d+ (is )?unsupported"))
+    assert g.literals and all("unsupported" in lit for lit in g.literals)
+    assert set(g._also or ()) == {"sm_", "compute_"}
+    searched: list[str] = []
+
+    class Counting:
+        def __init__(self, real: object) -> None:
+            self.real = real
+
+        def search(self, *args: object, **kwargs: object) -> object:
+            searched.append("x")
+            return self.real.search(*args, **kwargs)  # type: ignore[attr-defined]
+
+    g._compiled = Counting(g.compiled)
+    assert g.search("ValueError: dtype is unsupported\n" * 40) is None
+    assert searched == []  # "sm_" and "compute_" are nowhere: no regex ran
+    text = "INFO ok\n" * 40 + "RuntimeError: SM_75 is unsupported\n"
+    assert g.search(text) is not None and searched
+    # The pack cache keeps the second set.
+    restored = GuardedRegex.restore(g.pattern, g.flags, g.export())
+    assert restored._also == g._also and restored.search(text).span() == g.search(text).span()
 
 
 def test_line_locality() -> None:
