@@ -153,15 +153,19 @@ def submission_fingerprint(manifest: Mapping[str, Any]) -> str:
 
 def normalize_text(text: str, limit: int | None = SUBSTRING_LIMIT) -> str:
     """§3.4: collapse whitespace (``str.split``), lower-case, keep ``limit`` code points."""
-    if limit is not None and len(text) > 4 * limit:
+    if limit is not None:
         # Only the start counts: normalise a prefix, dropping its last word (the cut
-        # may split it), and use it when it already gives ``limit`` code points.
-        words = text[: 4 * limit].split()
-        if words and not text[4 * limit].isspace():
-            words.pop()
-        out = " ".join(words).lower()
-        if len(out) >= limit:
-            return out[:limit]
+        # may split it), and use it when it already gives ``limit`` code points. Twice
+        # the limit usually does (splitting costs per word); four times, nearly always.
+        for size in (2 * limit, 4 * limit):
+            if len(text) <= size:
+                break
+            words = text[:size].split()
+            if words and not text[size].isspace():
+                words.pop()
+            out = " ".join(words).lower()
+            if len(out) >= limit:
+                return out[:limit]
     out = " ".join(text.split()).lower()
     return out if limit is None else out[:limit]
 
