@@ -122,6 +122,13 @@ def test_error_substring_normalization() -> None:
     assert normalize_text("a\x1fb\u00a0c") == "a b c"
 
 
+def test_a_word_cut_by_the_prefix_is_not_lower_cased_as_if_it_ended_there() -> None:
+    # A capital sigma lower-cases to a final sigma at a word's end only: the word the
+    # prefix cuts must be read whole, or the substring would end in the wrong letter.
+    text = " " * 10 + "abcdefghi" + "\u03a3" * 40
+    assert normalize_text(text, 10) == "abcdefghi\u03c3" == " ".join(text.split()).lower()[:10]
+
+
 def test_error_substring_source_precedence() -> None:
     assert error_substring(make_bundle({"pt3": {"failure_log_excerpt": "Excerpt", "failure": "Failure"}})) == "excerpt"
     assert error_substring(make_bundle({"pt3": {"failure": "Failure"}})) == "failure"
@@ -212,7 +219,8 @@ def test_kv_calc_version_degrades_to_the_base(tmp_path: Path) -> None:
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.lists(st.sampled_from(["a", "B", " ", "\n", "\t", "İ", "ß", "x" * 50, "Word", "\u2003", "ǅ", " " * 300]),
+@given(st.lists(st.sampled_from(["a", "B", " ", "\n", "\t", "İ", "ß", "x" * 50, "Word", "\u2003", "ǅ", " " * 300,
+                                 "ΑΣ", "Σ" * 90]),
                 max_size=120).map("".join),
        st.sampled_from([1, 10, 240]))
 def test_normalize_text_reads_only_what_the_limit_needs_and_says_the_same(text: str, limit: int) -> None:
