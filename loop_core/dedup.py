@@ -21,6 +21,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from .bundle import Bundle
@@ -247,14 +248,55 @@ def _json_block_text(payload: dict[str, Any]) -> str:
     # §5.4: indent=2, sort_keys, ASCII-escaped. Backticks and angle brackets are
     # escaped too (\\u0060, \\u003c ...): JSON decodes them back to the same values,
     # and no value can close the fence or open HTML.
-    text = dumps_indented(payload, sort_keys=True)
+    text = _canonical_text(payload) or dumps_indented(payload, sort_keys=True)
     return text.replace("`", "\\u0060").replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def canonical_payload(bundle: Bundle, key: DedupKey) -> dict[str, Any]:
-    """§5.4: the machine-readable payload of the tuple block."""
+# The tuple fields in the order sort_keys writes them, with their JSON names.
+_SORTED_FIELDS = tuple(sorted((name, pos, encode_basestring_ascii(name)) for pos, name in enumerate(TUPLE_FIELDS)))
+
+
+def _canonical_text(payload: dict[str, Any]) -> str | None:
+    """``dumps_indented(payload, sort_keys=True)`` for a published canonical payload
+    whose values are plain scalars (a draft's, nearly always), written directly.
+    None for any other payload."""
+    tuple_values, ordered = payload.get("tuple"), payload.get("tuple_ordered")
+    if (payload.keys() != _CANONICAL_KEYS or type(tuple_values) is not dict or type(ordered) is not list
+            or len(ordered) != len(TUPLE_FIELDS) or tuple_values.keys() != _TUPLE_FIELD_SET):
+        return None
+    values = [_scalar_json(v) for v in ordered]
+    head = [_scalar_json(payload[name]) for name in ("dedup_hash", "model_slug", "schema")]
+    if None in values or None in head or values != [_scalar_json(tuple_values[f]) for f in TUPLE_FIELDS]:
+        return None  # "tuple" written apart from "tuple_ordered" would differ: the general writer
+    fields = ",\n    ".join(f"{name}: {values[pos]}" for _field, pos, name in _SORTED_FIELDS)
+    ordered_text = ",\n    ".join(values)  # type: ignore[arg-type]  # no None: checked above
+    return (f'{{\n  "dedup_hash": {head[0]},\n  "model_slug": {head[1]},\n  "schema": {head[2]},\n'
+            f'  "tuple": {{\n    {fields}\n  }},\n  "tuple_ordered": [\n    {ordered_text}\n  ]\n}}')
+
+
+_CANONICAL_KEYS = frozenset({"dedup_hash", "model_slug", "schema", "tuple", "tuple_ordered"})
+_TUPLE_FIELD_SET = frozenset(TUPLE_FIELDS)
+
+
+def _scalar_json(value: Any) -> str | None:
+    """What json.dumps (ASCII) writes for a string, integer, boolean or null; None otherwise."""
+    if type(value) is str:
+        return encode_basestring_ascii(value)
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if type(value) is int:
+        return int.__repr__(value)
+    return None  # floats, subclasses, lists, mappings: the general writer
+
+
+def canonical_payload(bundle: Bundle, key: DedupKey, digest: str | None = None) -> dict[str, Any]:
+    """§5.4: the machine-readable payload of the tuple block (``digest``: the key's, if known)."""
     return {
-        "dedup_hash": key.digest(),
+        "dedup_hash": key.digest() if digest is None else digest,
         "model_slug": bundle.manifest.get("model"),
         "schema": SCHEMA,
         "tuple": dict(zip(TUPLE_FIELDS, key)),
@@ -335,11 +377,11 @@ def _published_arch_label(key: DedupKey) -> str:
     return arch_label(scrub_secrets(str(key.arch_family)))
 
 
-def published_labels(key: DedupKey) -> tuple[str, str, str]:
+def published_labels(key: DedupKey, digest: str | None = None) -> tuple[str, str, str]:
     """:func:`~loop_core.keys.dedup_labels` as an issue carries them: the same three,
     the ``arch:`` one made from the scrubbed architecture (the same label unless it
-    held a secret)."""
-    dedup, failure_class, _arch = dedup_labels(key)
+    held a secret). ``digest``: the key's, if known."""
+    dedup, failure_class, _arch = dedup_labels(key, digest)
     return dedup, failure_class, _published_arch_label(key)
 
 
@@ -373,8 +415,8 @@ def draft_issue(bundle: Bundle, verdict: Classification, *, evidence: str | None
     """
     key = dedup_key(bundle, verdict.failure_class.value)
     digest = key.digest()
-    labels = published_labels(key)
-    canonical = canonical_payload(bundle, key)
+    labels = published_labels(key, digest)
+    canonical = canonical_payload(bundle, key, digest)
     model = sanitize(bundle.manifest.get("model") or "<unknown-model>", inline=True)
     head = "\n".join([
         "## Loop deduped failure issue",

@@ -7,6 +7,7 @@ with SHA-256 of the UTF-8 text.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -230,15 +231,21 @@ def tier2_fingerprint(substring: str, arch_family: Any, engine_version: Any) -> 
 
 def arch_label(arch_family: Any) -> str:
     """§5.2 ``arch:`` label, cut so the whole label fits GitHub's 50 characters."""
-    slug = _NON_ALNUM.sub("-", str(arch_family).lower()).strip("-")
+    return _arch_label(str(arch_family))
+
+
+@functools.lru_cache(maxsize=1024)  # a run meets a few dozen architectures, each in many bundles
+def _arch_label(arch_family: str) -> str:
+    slug = _NON_ALNUM.sub("-", arch_family.lower()).strip("-")
     slug = re.sub("-{2,}", "-", slug)
     slug = slug[: LABEL_LIMIT - len(ARCH_PREFIX)].strip("-")
     return ARCH_PREFIX + slug
 
 
-def dedup_labels(key: DedupKey) -> tuple[str, str, str]:
-    """§5.2: exactly three bounded labels, in this order."""
-    return (f"loop:dedup-{key.digest()}", f"class:{key.failure_class}", arch_label(key.arch_family))
+def dedup_labels(key: DedupKey, digest: str | None = None) -> tuple[str, str, str]:
+    """§5.2: exactly three bounded labels, in this order (``digest``: the key's, if known)."""
+    return (f"loop:dedup-{key.digest() if digest is None else digest}", f"class:{key.failure_class}",
+            arch_label(key.arch_family))
 
 
 def kv_calc_version(root: str | os.PathLike[str]) -> str:

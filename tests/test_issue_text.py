@@ -451,3 +451,31 @@ def test_arbitrary_text_keeps_every_invariant(engine: Engine, case: tuple[str, s
     check(bundle, verdict, draft, evidence or None)
     for secret in secrets:
         assert_no_secret(bundle, draft, secret)
+
+
+_TUPLE_VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True),
+                          st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12),
+                          st.lists(st.text(max_size=3), max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_TUPLE_VALUES, min_size=7, max_size=7), _TUPLE_VALUES, st.booleans())
+def test_the_tuple_block_is_the_indented_json_of_the_canonical_payload(
+        values: list[Any], model: Any, reshape: bool) -> None:
+    # A draft's block is written by a shortcut for plain scalars; it must be the very
+    # text the general writer gives (and a payload it does not know goes to that writer).
+    from loop_core.dedup import TUPLE_FIELDS, _canonical_text, _json_block_text
+    from loop_core.jsontext import dumps_indented
+
+    payload: dict[str, Any] = {"dedup_hash": "0123456789ab", "model_slug": model, "schema": SCHEMA,
+                               "tuple": dict(zip(TUPLE_FIELDS, values)), "tuple_ordered": list(values)}
+    if reshape:  # "tuple" no longer holds the values of "tuple_ordered" (True where 1 was, say)
+        payload["tuple_ordered"] = [True if v == 1 else v for v in reversed(values)]
+    general = dumps_indented(payload, sort_keys=True)
+    assert general == json.dumps(payload, indent=2, sort_keys=True)
+    shortcut = _canonical_text(payload)
+    assert shortcut is None or shortcut == general
+    if not reshape and all(v is None or type(v) in (str, int, bool) for v in [*values, model]):
+        assert shortcut is not None  # the common case does take the shortcut
+    escaped = general.replace("`", "\\u0060").replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    assert _json_block_text(payload) == escaped
