@@ -153,6 +153,7 @@ def verdict_row(outcome: Outcome) -> dict[str, Any]:
         return row
     bundle, v = outcome.bundle, outcome.verdict
     key = dedup_key(bundle, v.failure_class.value)
+    digest = key.digest()
     ckey = consensus_key(bundle)
     row.update({
         "schema": bundle.schema,
@@ -168,8 +169,8 @@ def verdict_row(outcome: Outcome) -> dict[str, Any]:
         "delta_mib": v.delta_mib,
         "consensus_key": None if ckey is None else [*ckey[:8], list(ckey[8])],
         "dedup_tuple": list(key),
-        "dedup_hash": key.digest(),
-        "labels": list(dedup_labels(key)),
+        "dedup_hash": digest,
+        "labels": list(dedup_labels(key, digest)),
         "tier1_inputs": v.tier1_inputs,
         "rules_version": v.rules_version,
         "warnings": list(v.warnings),
