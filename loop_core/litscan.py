@@ -58,13 +58,15 @@ class Scan:
     listed on demand (:meth:`positions`). ``unknown`` remembers, per set of
     literals asked about, those the pass did not look for."""
 
-    __slots__ = ("known", "unknown", "first", "present", "_literals", "_matches", "_all")
+    __slots__ = ("known", "unknown", "first", "present", "_literals", "_numbers", "_matches", "_all")
 
     def __init__(self, known: frozenset[str], unknown: dict[frozenset[str], tuple[str, ...]],
-                 literals: tuple[str, ...], matches: list[tuple[int, int, int]]) -> None:
+                 literals: tuple[str, ...], matches: list[tuple[int, int, int]],
+                 numbers: dict[str, int] | None = None) -> None:
         self.known = known
         self.unknown = unknown
         self._literals = literals
+        self._numbers = numbers if numbers is not None else {lit: i for i, lit in enumerate(literals)}
         self._matches = matches
         # Matches come in order of where they end, so a literal's earliest start is its
         # first in the list: walking it backwards, the earliest is written last.
@@ -81,13 +83,15 @@ class Scan:
 
     def positions(self, literal: str) -> list[int]:
         """Every start of ``literal`` (overlapping ones too), ascending."""
-        if self._all is None:
-            found: dict[str, list[int]] = {}
-            literals = self._literals
-            for number, start, _end in self._matches:
-                found.setdefault(literals[number], []).append(start)
-            self._all = found
-        return self._all.get(literal, [])
+        listed = self._all
+        if listed is None:
+            listed = self._all = {}
+        found = listed.get(literal)
+        if found is None:
+            # One literal at a time: most texts are asked about one or two.
+            number = self._numbers.get(literal, -1) if literal in self.present else -1
+            found = listed[literal] = [start for n, start, _end in self._matches if n == number]
+        return found
 
 
 class _Build:
@@ -95,7 +99,7 @@ class _Build:
     swaps it in whole, so a scan running beside it in another thread numbers its
     matches with the literals of the automaton that found them."""
 
-    __slots__ = ("literals", "known", "unknown", "ascii_literals", "ascii", "text", "dfa")
+    __slots__ = ("literals", "known", "unknown", "ascii_literals", "ascii", "text", "dfa", "numbers", "ascii_numbers")
 
     def __init__(self, literals: tuple[str, ...], ascii: Any, ascii_literals: tuple[str, ...], dfa: bool) -> None:
         self.dfa = dfa
@@ -104,6 +108,9 @@ class _Build:
         self.unknown: dict[frozenset[str], tuple[str, ...]] = {}  # see Scan.unknown_of
         self.ascii_literals = ascii_literals  # numbered as the byte automaton numbers them
         self.ascii = ascii  # over the ASCII literals' bytes, for ASCII texts (most logs): a little faster
+        # Each literal's number in the automaton that reports it (Scan.positions).
+        self.numbers = {lit: i for i, lit in enumerate(literals)}
+        self.ascii_numbers = {lit: i for i, lit in enumerate(ascii_literals)}
         self.text: Any = None  # over every literal, for any other text; made on first use
 
 
@@ -150,18 +157,18 @@ class LiteralScanner:
         if built is None:
             return None
         if low.isascii():
-            numbered = built.ascii_literals
+            numbered, numbers = built.ascii_literals, built.ascii_numbers
             matches = (built.ascii.find_matches_as_indexes(low.encode("ascii"), overlapping=True)
                        if built.ascii is not None else [])
         else:
-            numbered = built.literals
+            numbered, numbers = built.literals, built.numbers
             if built.text is None:
                 built.text = self._automaton(self._backend.AhoCorasick, list(numbered), built.dfa)
             try:
                 matches = built.text.find_matches_as_indexes(low, overlapping=True)
             except UnicodeError:
                 return None  # a lone surrogate in the text: UTF-8 cannot hold it, find can
-        return Scan(built.known, built.unknown, numbered, matches)
+        return Scan(built.known, built.unknown, numbered, matches, numbers)
 
     def _automaton(self, kind: Any, patterns: list[Any], dfa: bool) -> Any:
         backend = self._backend
