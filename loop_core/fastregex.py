@@ -506,13 +506,15 @@ class TextIndex:
         """The literals one pass of the literal scanner (:mod:`loop_core.litscan`)
         has looked up in this text, scanning it now if it was not yet; None when
         there is no such pass (an empty or inexact text, or no scanner)."""
+        scan = self._scan
+        if scan is not None:  # read already (only ever by a scanner)
+            return scan.known
         if not self.scannable:
             return None
         found = scanner()
         if found is None:
             return None
-        if self._scan is None:
-            self._read(found)
+        self._read(found)
         return self._scan.known  # type: ignore[union-attr]
 
     def which(self, literals: frozenset[str]) -> AbstractSet[str] | None:

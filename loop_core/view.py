@@ -93,9 +93,10 @@ def _all_text(bundle: Bundle) -> str:
     for value in (pt2.get("failure"), pt3.get("failure"), pt3.get("failure_log_excerpt")):
         if value:
             pieces.append(value if isinstance(value, str) else str(value))
-    results = _pt(bundle, "pt4").get("results")
-    details = _pt(bundle, "pt4").get("results_detail")
-    if isinstance(results, dict):
+    pt4 = _pt(bundle, "pt4")
+    results = pt4.get("results")
+    if isinstance(results, dict) and "red" in results.values():  # most failures have no red capability
+        details = pt4.get("results_detail")
         for cap in sorted(results, key=str):
             if results[cap] != "red":
                 continue
