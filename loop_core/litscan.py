@@ -33,6 +33,10 @@ MAX_LITERALS = 8192  # a scanner this full learns no more (its automaton would g
 # Until this many scans, automata are built as NFAs (about a millisecond for 800 literals,
 # scanning at half the speed) while the literals still change; then as DFAs (several ms).
 DFA_AFTER = 64
+# Once a DFA is built, a scheduled rebuild waits until the literals it would add have
+# been looked for with find this many times: a few rare ones (asked about only when a
+# rare phrase occurs) would each cost a DFA build (about 14 ms) for a few finds.
+LATE_MISSES = 1024
 _OFF = ("off", "0", "no", "false")
 
 
@@ -117,7 +121,7 @@ class _Build:
 class LiteralScanner:
     """Aho-Corasick automata over the literals asked for so far."""
 
-    __slots__ = ("_backend", "_built", "_pending", "_scans", "_next_build", "builds")
+    __slots__ = ("_backend", "_built", "_pending", "_scans", "_next_build", "_misses", "builds")
 
     def __init__(self, backend: Any) -> None:
         self._backend = backend
@@ -125,6 +129,7 @@ class LiteralScanner:
         self._pending: set[str] = set()
         self._scans = 0
         self._next_build = 0
+        self._misses = 0  # lookups of literals not in the automaton (each a find) since the last build
         self.builds = 0
 
     @property
@@ -143,15 +148,24 @@ class LiteralScanner:
             except UnicodeEncodeError:
                 return
             self._pending.add(literal)
+            self._misses += 1
+
+    def settle(self) -> None:
+        """Build now with every literal learnt so far, as a long run's rebuilds
+        eventually do (the benchmark's steady-state count uses it)."""
+        if self._pending:
+            self._build()
 
     def scan(self, low: str) -> Scan | None:
         """Every occurrence in ``low`` of every known literal; None while none is known."""
         self._scans += 1
         built = self._built
         pending = len(self._pending)
-        # Rebuild on schedule, or at once when a new pack's literals arrive in bulk,
-        # or (once) when the run has gone on long enough to pay for a DFA.
-        if pending and (self._scans > self._next_build or built is None or 2 * pending >= len(built.known)) or (
+        # Rebuild on schedule (once a DFA is built, only when the waiting literals have
+        # cost enough finds), or at once when a new pack's literals arrive in bulk, or
+        # (once) when the run has gone on long enough to pay for a DFA.
+        if pending and (built is None or 2 * pending >= len(built.known) or self._scans > self._next_build and (
+                not built.dfa or self._misses >= LATE_MISSES)) or (
                 built is not None and not built.dfa and self._scans >= DFA_AFTER):
             built = self._build()
         if built is None:
@@ -179,6 +193,7 @@ class LiteralScanner:
         waiting = set(self._pending)
         literals = tuple(sorted(self.known | waiting))
         self._pending -= waiting  # not clear(): another thread may have just added one
+        self._misses = 0
         # An ASCII text is scanned as bytes, whose offsets are its positions; only
         # ASCII literals can occur in it.
         ascii_literals = tuple(lit for lit in literals if lit.isascii())
