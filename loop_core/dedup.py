@@ -21,11 +21,10 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from .bundle import Bundle
-from .jsontext import dumps_indented
+from .jsontext import dumps_indented, scalar_text
 from .keys import (
     ARCH_PREFIX,
     SUBSTRING_LIMIT,
@@ -253,20 +252,20 @@ def _json_block_text(payload: dict[str, Any]) -> str:
 
 
 # The tuple fields in the order sort_keys writes them, with their JSON names.
-_SORTED_FIELDS = tuple(sorted((name, pos, encode_basestring_ascii(name)) for pos, name in enumerate(TUPLE_FIELDS)))
+_SORTED_FIELDS = tuple(sorted((name, pos, scalar_text(name)) for pos, name in enumerate(TUPLE_FIELDS)))
 
 
 def _canonical_text(payload: dict[str, Any]) -> str | None:
     """``dumps_indented(payload, sort_keys=True)`` for a published canonical payload
-    whose values are plain scalars (a draft's, nearly always), written directly.
-    None for any other payload."""
+    whose values are scalars (a draft's, nearly always), written directly. None
+    for any other payload."""
     tuple_values, ordered = payload.get("tuple"), payload.get("tuple_ordered")
     if (payload.keys() != _CANONICAL_KEYS or type(tuple_values) is not dict or type(ordered) is not list
             or len(ordered) != len(TUPLE_FIELDS) or tuple_values.keys() != _TUPLE_FIELD_SET):
         return None
-    values = [_scalar_json(v) for v in ordered]
-    head = [_scalar_json(payload[name]) for name in ("dedup_hash", "model_slug", "schema")]
-    if None in values or None in head or values != [_scalar_json(tuple_values[f]) for f in TUPLE_FIELDS]:
+    values = [scalar_text(v) for v in ordered]
+    head = [scalar_text(payload[name]) for name in ("dedup_hash", "model_slug", "schema")]
+    if None in values or None in head or values != [scalar_text(tuple_values[f]) for f in TUPLE_FIELDS]:
         return None  # "tuple" written apart from "tuple_ordered" would differ: the general writer
     fields = ",\n    ".join(f"{name}: {values[pos]}" for _field, pos, name in _SORTED_FIELDS)
     ordered_text = ",\n    ".join(values)  # type: ignore[arg-type]  # no None: checked above
@@ -276,21 +275,6 @@ def _canonical_text(payload: dict[str, Any]) -> str | None:
 
 _CANONICAL_KEYS = frozenset({"dedup_hash", "model_slug", "schema", "tuple", "tuple_ordered"})
 _TUPLE_FIELD_SET = frozenset(TUPLE_FIELDS)
-
-
-def _scalar_json(value: Any) -> str | None:
-    """What json.dumps (ASCII) writes for a string, integer, boolean or null; None otherwise."""
-    if type(value) is str:
-        return encode_basestring_ascii(value)
-    if value is None:
-        return "null"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if type(value) is int:
-        return int.__repr__(value)
-    return None  # floats, subclasses, lists, mappings: the general writer
 
 
 def canonical_payload(bundle: Bundle, key: DedupKey, digest: str | None = None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from json.encoder import encode_basestring, encode_basestring_ascii
 from typing import Any
 
-__all__ = ["dumps_indented"]
+__all__ = ["dumps_indented", "scalar_text"]
 
 INDENT = "  "
 
@@ -37,19 +37,32 @@ def dumps_indented(value: Any, *, sort_keys: bool = False, ensure_ascii: bool = 
     return "".join(out)
 
 
-def _emit(value: Any, out: list[str], newline: str, escape: Callable[[str], str], sort_keys: bool) -> None:
+def scalar_text(value: Any, escape: Callable[[str], str] = encode_basestring_ascii) -> str | None:
+    """What ``json.dumps`` writes for a string, number, boolean or null (``escape``:
+    ``json``'s string escaper, ASCII by default); None for anything else (a container,
+    an ``int`` or ``float`` subclass, an unknown type)."""
     if isinstance(value, str):
+        return escape(value)
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if type(value) is int:
+        return int.__repr__(value)
+    if type(value) is float:
+        return _float_text(value)
+    return None
+
+
+def _emit(value: Any, out: list[str], newline: str, escape: Callable[[str], str], sort_keys: bool) -> None:
+    if isinstance(value, str):  # the most common value, written without a call
         out.append(escape(value))
-    elif value is None:
-        out.append("null")
-    elif value is True:
-        out.append("true")
-    elif value is False:
-        out.append("false")
-    elif type(value) is int:
-        out.append(int.__repr__(value))
-    elif type(value) is float:
-        out.append(_float_text(value))
+        return
+    text = scalar_text(value, escape)
+    if text is not None:
+        out.append(text)
     elif isinstance(value, dict):
         if not value:
             out.append("{}")
