@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import Any
 
 from .conditions import Need, Selector
 from .view import View
@@ -143,8 +144,6 @@ class RuleIndex:
             found = present.get(key, _UNSEEN)
             if found is _UNSEEN:
                 found = present[key] = _occurring(view, selector, self._checked_literals[key])
-            if found is _NO_TEXT:
-                continue
             if found is not None:
                 if not literals.isdisjoint(found):
                     return True
@@ -162,15 +161,15 @@ def _by_selector(needs: tuple[Need, ...]) -> _Groups:
     return tuple((selector, tuple(pairs), frozenset(lit for lit, _ in pairs)) for selector, pairs in groups.values())
 
 
-_UNSEEN: frozenset[str] = frozenset(["<unseen>"])
-_NO_TEXT: frozenset[str] = frozenset()  # an empty or non-text value: no literal occurs (Need.of keeps none empty)
+_UNSEEN: Any = object()  # a selector whose text _may_hold has not looked at yet
 
 
 def _occurring(view: View, selector: Selector, literals: frozenset[str]) -> AbstractSet[str] | None:
     """Those of ``literals`` in the text ``selector`` picks, when one scan of it looked for
-    them all; :data:`_NO_TEXT` for no text; None when each must be looked up."""
+    them all (none for an empty or non-text value: Need.of keeps no literal empty);
+    None when each must be looked up."""
     values = selector.values(view)
     value = values[0] if values else None
     if not isinstance(value, str) or not value:
-        return _NO_TEXT
+        return frozenset()
     return view.index(value).known_present(literals)
