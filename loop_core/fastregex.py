@@ -29,9 +29,13 @@ pattern runs on the whole text, as written. Property tests check that
 
 from __future__ import annotations
 
+import base64
+import copyreg
+import json
 import re
 import sys
 import time
+import zlib
 from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
 from typing import Any
@@ -649,16 +653,17 @@ class GuardedRegex:
     ``literals``, ``anchors``, ``line_local``, ``reach`` or ``branches``),
     not when it is wrapped. A pack load looks at every rule's literals for
     its index, so it pays for the analysis, unless :class:`RegexCache`
-    restores it from an earlier load (and then the pattern is compiled on
-    its first search too). Every search runs after the analysis, so results
+    restores it from an earlier load (and then the pattern is rebuilt from
+    its compiled code on its first search too). Every search runs after the analysis, so results
     do not depend on when it happened.
     """
 
-    __slots__ = ("_compiled", "pattern", "flags", "_literals", "_anchors", "_reach", "_also", "_branches", "_plan",
-                 "_tree", "_analysed")
+    __slots__ = ("_compiled", "_code", "pattern", "flags", "_literals", "_anchors", "_reach", "_also", "_branches",
+                 "_plan", "_tree", "_analysed")
 
     def __init__(self, compiled: Any) -> None:
         self._compiled = compiled
+        self._code: dict[str, Any] | None = None
         self.pattern: str = compiled.pattern
         self.flags: int = compiled.flags
         self._plan: _Plan | None = None
@@ -672,22 +677,25 @@ class GuardedRegex:
         ``tree``, the standard parser's tree of the pattern, spares parsing it again."""
         self = cls.__new__(cls)
         self._compiled, self.pattern, self.flags, self._analysed = None, pattern, flags, False
-        self._plan, self._tree = None, tree
+        self._plan, self._tree, self._code = None, tree, None
         return self
 
     @property
     def compiled(self) -> Any:
         if self._compiled is None:
-            self._compiled = regex.compile(self.pattern, self.flags)
+            code, self._code = self._code, None
+            compiled = None if code is None else thaw_compiled(self.pattern, code)
+            self._compiled = compiled if compiled is not None else regex.compile(self.pattern, self.flags)
         return self._compiled
 
     def export(self) -> dict[str, Any]:
-        """The analysis as plain data (for :class:`RegexCache`); :meth:`restore` reads it back."""
+        """The analysis and the compiled code, the alternatives' too, as plain data
+        (for :class:`RegexCache`); :meth:`restore` reads it back."""
         if not self._analysed:
             self._analyse()
         return {"flags": int(self.flags), "literals": None if self._literals is None else list(self._literals),
                 "anchors": list(self._anchors), "reach": self._reach,
-                "also": None if self._also is None else list(self._also),
+                "also": None if self._also is None else list(self._also), "code": freeze_compiled(self.compiled),
                 "branches": [[b.pattern, b.export()] for b in self._branches]}
 
     @classmethod
@@ -722,6 +730,8 @@ class GuardedRegex:
         self._anchors, self._reach = tuple(anchors), reach
         self._also = None if also is None else tuple(also)
         self._branches = tuple(cls.restore(piece, effective, sub) for piece, sub in branches)
+        code = data.get("code")
+        self._code = code if isinstance(code, dict) else None  # checked when first needed
         self._analysed = True
         return self
 
@@ -931,6 +941,83 @@ def _windows(low: str, hits: list[tuple[int, int]], reach: int) -> list[tuple[in
     return out
 
 
+# Compiled code kept across processes. The ``regex`` module's parser and compiler
+# are pure Python (a few hundred microseconds a pattern), but a compiled pattern
+# pickles as the call that rebuilds it from its compiled code, with no parsing: a
+# fresh process restores a pattern from that in a few microseconds. The pack cache
+# keeps those arguments as JSON data, never as a pickle (which could run code),
+# with a checksum against damage; they are trusted as Python trusts its own
+# byte-code cache, and a cache written by another ``regex`` version is never read
+# (its version is part of the key, see loop_core.packcache).
+_CONSTRUCTOR: list[Any] = []  # what the regex module's pickling rebuilds a pattern with
+
+
+def freeze_compiled(compiled: Any) -> dict[str, Any] | None:
+    """A compiled pattern's code as JSON data for :func:`thaw_compiled`; None
+    when its pickling gives something this does not write."""
+    reduce = copyreg.dispatch_table.get(type(compiled))
+    if reduce is None:
+        return None
+    try:
+        _constructor, args = reduce(compiled)
+        data = _to_plain(args)
+    except (TypeError, ValueError):
+        return None
+    return {"args": data, "sum": _checksum(data)}
+
+
+def thaw_compiled(pattern: str, frozen: Any) -> Any | None:
+    """The compiled ``pattern`` rebuilt from :func:`freeze_compiled` data, or None
+    when the data is damaged or does not rebuild ``pattern`` (compile it then)."""
+    try:
+        data = frozen["args"]
+        if frozen["sum"] != _checksum(data):
+            return None
+        args = _from_plain(data)
+        if not _CONSTRUCTOR:
+            reduce = copyreg.dispatch_table[type(regex.compile(""))]
+            _CONSTRUCTOR.append(reduce(regex.compile(""))[0])
+        compiled = _CONSTRUCTOR[0](*args)
+    except Exception:  # noqa: BLE001 - any damage at all: compile the pattern instead
+        return None
+    return compiled if getattr(compiled, "pattern", None) == pattern else None
+
+
+def _checksum(data: Any) -> str:
+    return f"{zlib.crc32(json.dumps(data, separators=(',', ':')).encode('utf-8')):08x}"
+
+
+def _to_plain(value: Any) -> Any:
+    """``value`` (ints, strings, bytes, tuples, lists and dicts of them) as JSON data, types kept."""
+    if value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, bytes):
+        return {"bytes": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, list):
+        return [_to_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return {"tuple": [_to_plain(v) for v in value]}
+    if isinstance(value, dict):
+        return {"dict": [[_to_plain(k), _to_plain(v)] for k, v in value.items()]}
+    raise TypeError(f"cannot keep a {type(value).__name__}")
+
+
+def _from_plain(value: Any) -> Any:
+    """What :func:`_to_plain` was given."""
+    if isinstance(value, list):
+        return [_from_plain(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    ((kind, inner),) = value.items()
+    if kind == "bytes":
+        return base64.b64decode(inner, validate=True)
+    if kind == "tuple":
+        return tuple(_from_plain(v) for v in inner)
+    if kind == "dict":
+        return {_from_plain(k): _from_plain(v) for k, v in inner}
+    raise ValueError(f"unknown kind {kind!r}")
+
+
 class RegexCache:
     """Makes the guarded regexes of one pack, reusing an earlier analysis.
 
@@ -938,7 +1025,8 @@ class RegexCache:
     data from an earlier load of the same pack (see
     :mod:`loop_core.packcache`, which keys them by the pack's content and
     this code's). A pattern found there was compiled without error then, so
-    it is compiled again only when first searched; any other is compiled now
+    it is rebuilt from the compiled code kept there (:func:`thaw_compiled`)
+    only when first searched; any other is compiled now
     (raising ``regex.error`` as ever) and analysed, and ``dirty`` says the
     entries should be saved again.
     """

@@ -6,8 +6,10 @@ the pack's files and on this code, so after a load the results are written
 to ``<cache dir>/packs/<key>.json``, the key hashing the pack's content, the
 Python, ``regex`` and loop-rules versions, and the source of the modules
 that analyse and compile patterns. The next load of the same pack restores
-the analysis and compiles each pattern only when a bundle first needs it
-(it compiled without error when the entry was written).
+the analysis, and each pattern only when a bundle first needs it: from its
+compiled code (the arguments the ``regex`` module's pickling rebuilds a
+pattern from, kept as JSON data), without parsing it again (it compiled
+without error when the entry was written).
 
 The same file keeps the pack's parsed files (``documents``) when they are
 plain JSON data, as rule files are: a start that finds them parses no YAML
@@ -35,7 +37,7 @@ from .fastregex import RegexCache, strings_limit
 
 __all__ = ["PackCache", "cache_dir", "load", "save"]
 
-FORMAT = 2
+FORMAT = 3
 _CODE_KEY: str | None = None
 
 

@@ -255,3 +255,33 @@ def test_alternative_by_alternative_agrees_on_every_rule_example() -> None:
         guarded = GuardedRegex(compiled)
         for text in texts:
             assert guarded.test(text) == (compiled.search(text) is not None), (pattern, text)
+
+
+@pytest.mark.parametrize("pattern", [
+    r"(?i)CUDA out of memory\. Tried to allocate (?P<size>\d+(?:\.\d+)?) ?(MiB|GiB)",
+    r"(?m)^\s*(?:no kernel image|sm_\d+ is not (?:compatible|supported))\b",
+    r"ünïcode (?:wörds)+ \p{L}{2,}",
+    r"",
+])
+def test_compiled_code_rebuilds_the_same_pattern(pattern: str) -> None:
+    compiled = regex.compile(pattern)
+    frozen = fastregex.freeze_compiled(compiled)
+    assert frozen is not None
+    import json
+
+    rebuilt = fastregex.thaw_compiled(pattern, json.loads(json.dumps(frozen)))  # through JSON, as the cache keeps it
+    assert rebuilt is not None and rebuilt is not compiled
+    assert (rebuilt.pattern, rebuilt.flags, rebuilt.groupindex) == (compiled.pattern, compiled.flags, compiled.groupindex)
+    for text in ["CUDA out of memory. Tried to allocate 2.50 GiB", "x\n  sm_61 is not supported here",
+                 "ünïcode wördswörds ab", "nothing"]:
+        a, b = compiled.search(text), rebuilt.search(text)
+        assert (a and (a.span(), a.groups())) == (b and (b.span(), b.groups()))
+
+
+def test_compiled_code_for_another_pattern_or_damaged_is_refused() -> None:
+    frozen = fastregex.freeze_compiled(regex.compile("abc+"))
+    assert frozen is not None
+    assert fastregex.thaw_compiled("abd+", frozen) is None
+    assert fastregex.thaw_compiled("abc+", {**frozen, "sum": "0"}) is None
+    assert fastregex.thaw_compiled("abc+", {"args": {"bytes": "%%%"}, "sum": fastregex._checksum({"bytes": "%%%"})}) is None
+    assert fastregex.thaw_compiled("abc+", None) is None

@@ -8,11 +8,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import regex
 
-from loop_core import Engine, make_plugin_manager
+from loop_core import Engine, fastregex, make_plugin_manager
 from loop_core.evaluate import case_bundle, load_cases
 from loop_core.packcache import FORMAT
 
@@ -68,6 +69,45 @@ def test_a_second_start_compiles_nothing_up_front_and_decides_the_same(
     assert _verdicts(warm) == _verdicts(cold)
     assert list((cache / "packs").glob("*.json")) == [written]
 
+
+
+def test_a_second_start_rebuilds_patterns_from_their_code_without_compiling(
+        cache: Path, pack: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cold = _verdicts(_build(pack))
+    warm = _build(pack)
+    compiles = _compiles(monkeypatch)
+    assert _verdicts(warm) == cold
+    # Searching the corpus needs many patterns; each comes back from its kept code.
+    # The empty pattern is the one compile: it names the call that rebuilds the others.
+    assert set(compiles) <= {""}
+
+
+@pytest.mark.parametrize("damage", ["checksum", "code", "pattern"])
+def test_damaged_compiled_code_is_compiled_again(cache: Path, pack: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 damage: str) -> None:
+    expected = _verdicts(_build(pack))
+    (path,) = (cache / "packs").glob("*.json")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+
+    def spoil(entry: dict[str, Any]) -> None:
+        frozen = entry["code"]
+        if damage == "checksum":
+            frozen["sum"] = "00000000"
+        elif damage == "code":  # a plausible but wrong structure, checksum made to fit
+            frozen["args"] = {"tuple": [1, 2, 3]}
+            frozen["sum"] = fastregex._checksum(frozen["args"])
+        else:  # code that rebuilds some other pattern
+            frozen["args"]["tuple"][0] = "something else"
+            frozen["sum"] = fastregex._checksum(frozen["args"])
+        for _piece, sub in entry["branches"]:
+            spoil(sub)
+
+    for entry in doc["regexes"].values():
+        spoil(entry)
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    compiles = _compiles(monkeypatch)
+    assert _verdicts(_build(pack)) == expected
+    assert len(set(compiles) - {""}) > 10  # the patterns searched were compiled from source
 
 
 def test_a_second_start_parses_no_yaml(cache: Path, pack: Path, monkeypatch: pytest.MonkeyPatch) -> None:
