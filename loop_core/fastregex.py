@@ -1031,10 +1031,21 @@ class RegexCache:
     entries should be saved again.
     """
 
-    def __init__(self, entries: dict[str, Any] | None = None, *, keep: bool = True) -> None:
+    def __init__(self, entries: dict[str, Any] | None = None, *, keep: bool = True,
+                 literals: Iterable[str] = ()) -> None:
         self.entries: dict[str, Any] = dict(entries or {})
         self.keep = keep  # False: nothing will be saved, so nothing is exported (analysis stays lazy)
         self.dirty = False
+        # What the literal scanner learnt while these regexes searched, in earlier runs too.
+        self.literals = frozenset(literals)
+
+    def learn_literals(self, literals: AbstractSet[str]) -> bool:
+        """Add what a run's literal scanner learnt; True when that is news worth saving."""
+        if not self.keep or literals <= self.literals:
+            return False
+        self.literals |= literals
+        self.dirty = True
+        return True
 
     def make(self, pattern: str, flags: int) -> GuardedRegex:
         key = f"{int(flags)}:{pattern}"

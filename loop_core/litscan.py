@@ -19,11 +19,14 @@ with ``find`` is added to the automaton at its next rebuild. Rebuilds (a few
 milliseconds each) happen after 1, 2, 4, 8, ... scans, so a long run pays for
 a handful while the set of literals its rules need settles, and at once
 when the literals waiting are half as many as those known (another pack's).
+A pack's cache keeps what its runs learnt, and the next start begins with
+it (:meth:`LiteralScanner.seed`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["LiteralScanner", "Scan", "ENV", "MAX_LITERALS", "available", "scanner", "use_scanner"]
@@ -149,6 +152,20 @@ class LiteralScanner:
                 return
             self._pending.add(literal)
             self._misses += 1
+
+    def learnt(self) -> frozenset[str]:
+        """Every literal learnt so far: those the automata find and those waiting for a rebuild."""
+        return self.known | frozenset(self._pending)
+
+    def seed(self, literals: Iterable[str]) -> None:
+        """Learn ``literals`` in one go (those an earlier run of the same pack
+        learnt, see :mod:`loop_core.packcache`): the first scan builds them all,
+        and the automata are not rebuilt again and again while they trickle in.
+        They are not counted as lookups that missed the automaton."""
+        misses = self._misses
+        for literal in literals:
+            self.learn(literal)
+        self._misses = misses
 
     def settle(self) -> None:
         """Build now with every literal learnt so far, as a long run's rebuilds

@@ -11,6 +11,13 @@ compiled code (the arguments the ``regex`` module's pickling rebuilds a
 pattern from, kept as JSON data), without parsing it again (it compiled
 without error when the entry was written).
 
+It also keeps the literals the literal scanner (:mod:`loop_core.litscan`)
+learnt while the pack's rules searched (``literals``): a run over bundles
+adds what it learnt at its end (:meth:`RulePack.remember_literals
+<loop_core.rules.RulePack.remember_literals>`), and a start seeds its
+scanner with them, so its automata are built with the whole set at the
+first scan instead of again and again while the literals trickle in.
+
 The same file keeps the pack's parsed files (``documents``) when they are
 plain JSON data, as rule files are: a start that finds them parses no YAML
 and does not even import the YAML library. Only a pack that loaded without
@@ -29,6 +36,7 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +96,8 @@ class PackCache(RegexCache):
     """
 
     def __init__(self, entries: dict[str, Any] | None = None, *, keep: bool = True,
-                 documents: dict[str, Any] | None = None) -> None:
-        super().__init__(entries, keep=keep)
+                 documents: dict[str, Any] | None = None, literals: Iterable[str] = ()) -> None:
+        super().__init__(entries, keep=keep, literals=literals)
         self.documents = documents
 
     def remember(self, documents: dict[str, Any]) -> None:
@@ -117,15 +125,19 @@ def load(content_digest: str) -> PackCache:
         return PackCache(keep=False)
     entries: dict[str, Any] = {}
     documents: dict[str, Any] | None = None
+    literals: list[str] = []
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(doc, dict) and doc.get("format") == FORMAT and isinstance(doc.get("regexes"), dict):
             entries = doc["regexes"]
             if isinstance(doc.get("documents"), dict):
                 documents = doc["documents"]
+            found = doc.get("literals")
+            if isinstance(found, list) and all(isinstance(x, str) for x in found):
+                literals = found
     except (OSError, ValueError, RecursionError):
         pass  # missing or damaged: analyse afresh
-    return PackCache(entries, documents=documents)
+    return PackCache(entries, documents=documents, literals=literals)
 
 
 def save(cache: RegexCache, content_digest: str) -> Path | None:
@@ -145,6 +157,8 @@ def save(cache: RegexCache, content_digest: str) -> Path | None:
                 documents = getattr(cache, "documents", None)
                 if documents is not None:
                     data["documents"] = documents
+                if cache.literals:
+                    data["literals"] = sorted(cache.literals)
                 json.dump(data, fh)
             os.replace(tmp, path)
         except BaseException:

@@ -82,6 +82,7 @@ def engine_map(fn: Callable[[T, Engine], R], items: Iterable[T], engine: Engine,
     if jobs <= 1:
         for item in source:
             yield fn(item, engine)
+        engine.pack.remember_literals()  # for the next start's literal scanner
         return
     from concurrent.futures import ProcessPoolExecutor
 

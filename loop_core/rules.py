@@ -26,6 +26,7 @@ from . import packcache
 from .conditions import DEFAULT_REGEX_TIMEOUT, Condition, ConditionKind, Trace, compile_condition
 from .errors import RuleError
 from .fastregex import GuardedRegex, RegexCache
+from .litscan import scanner
 from .prefilter import RuleIndex
 from .verdict import FailureClass
 from .view import View
@@ -148,6 +149,14 @@ class RulePack:
         if self.regexes.dirty and self.root is not None:
             packcache.save(self.regexes, self.content)
         return guarded
+
+    def remember_literals(self) -> None:
+        """Keep what this process's literal scanner learnt in the pack cache, for
+        the next start to seed its scanner with (see :mod:`loop_core.packcache`);
+        written only when it learnt something new."""
+        found = scanner()
+        if found is not None and self.root is not None and self.regexes.learn_literals(found.learnt()):
+            packcache.save(self.regexes, self.content)
 
     def candidates(self, view: View) -> Iterator[Rule]:
         """The active rules that may match ``view``, in order; the others cannot."""
@@ -292,6 +301,9 @@ def load_rules(
     )
     regexes.remember(parsed)
     packcache.save(regexes, content)  # after the index analysed every regex it needs
+    found = scanner()
+    if found is not None and regexes.literals:
+        found.seed(regexes.literals)  # what earlier runs of this pack learnt
     return pack
 
 

@@ -74,6 +74,17 @@ def test_a_literal_first_met_with_find_is_scanned_for_later(fresh: litscan.Liter
     assert "cubin" not in fresh.known
 
 
+def test_seeded_literals_are_all_scanned_for_from_the_first_text(fresh: litscan.LiteralScanner) -> None:
+    fresh.seed(["out of memory", "cubin", "killed", "\ud800x"])  # the lone surrogate: find answers it
+    assert fresh.learnt() == {"out of memory", "cubin", "killed"} and fresh.builds == 0
+    index = TextIndex("x" * 100 + "cuda out of memory; killed")
+    assert index.scanned() == {"out of memory", "cubin", "killed"}  # one build, every seeded literal
+    assert index.which(frozenset(["out of memory", "cubin", "killed"])) == {"out of memory", "killed"}
+    assert fresh.builds == 1 and fresh.known == fresh.learnt()
+    assert not index.holds("cubin") and index.hits("killed", 3) == [index.low.index("killed")]
+    assert fresh._misses == 0  # seeding is not a run of lookups that missed the automaton
+
+
 def test_lone_surrogates_and_non_ascii_literals_are_answered_exactly(fresh: litscan.LiteralScanner) -> None:
     # A rule may name a lone surrogate (a \\ud800 escape), and a text made in code may hold one:
     # UTF-8 cannot carry either, so find answers them.

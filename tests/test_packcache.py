@@ -20,6 +20,7 @@ from loop_core.packcache import FORMAT
 from .conftest import RULES_D
 
 HERE = Path(__file__).parent
+EXAMPLES = HERE.parent / "examples" / "pull-captures"
 
 
 @pytest.fixture
@@ -108,6 +109,47 @@ def test_damaged_compiled_code_is_compiled_again(cache: Path, pack: Path, monkey
     compiles = _compiles(monkeypatch)
     assert _verdicts(_build(pack)) == expected
     assert len(set(compiles) - {""}) > 10  # the patterns searched were compiled from source
+
+
+def test_what_a_run_learnt_seeds_the_next_starts_scanner(cache: Path, pack: Path) -> None:
+    from loop_core import litscan
+    from loop_core.batch import classify_rows
+
+    if not litscan.available():
+        pytest.skip("ahocorasick_rs is not installed")
+    litscan.use_scanner(True)  # a fresh process's scanner
+    try:
+        engine = _build(pack)
+        rows = list(classify_rows([EXAMPLES], engine))
+        learnt = litscan.scanner().learnt()  # type: ignore[union-attr]
+        (path,) = (cache / "packs").glob("*.json")
+        assert set(json.loads(path.read_text(encoding="utf-8"))["literals"]) == learnt and learnt
+        written = path.stat().st_mtime_ns
+        litscan.use_scanner(True)
+        again = _build(pack)
+        assert litscan.scanner().learnt() == learnt  # type: ignore[union-attr]  # before any bundle
+        assert list(classify_rows([EXAMPLES], again)) == rows
+        assert path.stat().st_mtime_ns == written  # nothing new learnt: not written again
+    finally:
+        litscan.use_scanner(None)
+
+
+def test_damaged_literals_are_ignored(cache: Path, pack: Path) -> None:
+    from loop_core import litscan
+
+    expected = _verdicts(_build(pack))
+    (path,) = (cache / "packs").glob("*.json")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["literals"] = ["fine", 7]
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    litscan.use_scanner(True)
+    try:
+        engine = _build(pack)
+        found = litscan.scanner()
+        assert found is None or "fine" not in found.learnt()
+        assert _verdicts(engine) == expected
+    finally:
+        litscan.use_scanner(None)
 
 
 def test_a_second_start_parses_no_yaml(cache: Path, pack: Path, monkeypatch: pytest.MonkeyPatch) -> None:
