@@ -1043,17 +1043,18 @@ def markdown(rows: list[Row]) -> str:
 
 
 def _scanner() -> str:
-    """Which literal lookups the scenarios use (loop_core/litscan.py)."""
+    """Which literal lookups the scenarios use (loop_core/litscan.py), with its version."""
     from importlib.metadata import PackageNotFoundError, version
 
     from loop_core import litscan
 
-    if litscan.scanner() is None:
-        return "off (" + ("LOOP_RULES_SCANNER" if litscan.available() else "ahocorasick_rs not installed") + ")"
+    found = litscan.describe()
+    if found != "ahocorasick_rs":
+        return found
     try:
         return f"ahocorasick_rs {version('ahocorasick_rs')}"
     except PackageNotFoundError:  # pragma: no cover - importable but not installed as a distribution
-        return "ahocorasick_rs"
+        return found
 
 
 def machine() -> dict[str, Any]:

@@ -73,8 +73,19 @@ def _guard(f: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from .litscan import describe
+
+    click.echo(f"loop-rules, version {__version__}")
+    click.echo(f"literal scanner: {describe()}")
+    ctx.exit()
+
+
 @click.group(context_settings=CONTEXT_SETTINGS)
-@click.version_option(__version__, "--version", prog_name="loop-rules")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_version,
+              help="Show the version, and the literal scanner in use, and exit.")
 def cli() -> None:
     """Classify, trust and deduplicate LLM-serving capture bundles.
 

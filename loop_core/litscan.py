@@ -29,7 +29,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["LiteralScanner", "Scan", "ENV", "MAX_LITERALS", "available", "scanner", "use_scanner"]
+__all__ = ["LiteralScanner", "Scan", "ENV", "MAX_LITERALS", "available", "describe", "scanner", "use_scanner"]
 
 ENV = "LOOP_RULES_SCANNER"
 MAX_LITERALS = 8192  # a scanner this full learns no more (its automaton would grow without bound)
@@ -56,6 +56,17 @@ def _backend() -> Any:
 def available() -> bool:
     """Whether the compiled automaton can be used here (the package is installed)."""
     return _backend() is not None
+
+
+def describe() -> str:
+    """Which literal lookups this process uses, for ``--version`` and reports:
+    ``ahocorasick_rs``, or why the scanner is off. (No version number: finding
+    one through ``importlib.metadata`` would double what ``--version`` costs.)"""
+    if scanner() is not None:
+        return "ahocorasick_rs"
+    if available():
+        return f"off ({ENV}={os.environ.get(ENV, '')})"
+    return 'off (ahocorasick_rs is not installed: pip install "loop-rules[fast]")'
 
 
 class Scan:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from loop_core.cli import cli
@@ -21,11 +22,26 @@ def invoke(*args: str):  # type: ignore[no-untyped-def]
     return CliRunner().invoke(cli, list(args))
 
 
-def test_version() -> None:
-    from loop_core import __version__
+def test_version_names_the_literal_scanner(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import __version__, litscan
 
-    result = invoke("--version")
-    assert result.exit_code == 0 and result.output.strip() == f"loop-rules, version {__version__}"
+    try:
+        result = invoke("--version")
+        lines = result.output.splitlines()
+        assert result.exit_code == 0 and lines[0] == f"loop-rules, version {__version__}"
+        if litscan.available():
+            assert lines[1] == "literal scanner: ahocorasick_rs"
+            monkeypatch.setenv("LOOP_RULES_SCANNER", "off")
+            litscan.use_scanner(None)
+            assert invoke("--version").output.splitlines()[1] == "literal scanner: off (LOOP_RULES_SCANNER=off)"
+        monkeypatch.delenv("LOOP_RULES_SCANNER", raising=False)
+        monkeypatch.setattr(litscan, "_backend", lambda: None)  # as without the fast extra
+        litscan.use_scanner(None)
+        assert invoke("--version").output.splitlines()[1] == (
+            'literal scanner: off (ahocorasick_rs is not installed: pip install "loop-rules[fast]")')
+    finally:
+        monkeypatch.undo()
+        litscan.use_scanner(None)
 
 
 def test_classify_jsonl_carries_the_output_contract(bundle_dir) -> None:  # type: ignore[no-untyped-def]

@@ -240,7 +240,7 @@ def test_group_help_and_version() -> None:
     assert result.exit_code == 0 and "Example:" in result.output
     result = runner.invoke(cli, ["--version"])
     assert result.exit_code == 0
-    assert result.output == f"loop-rules, version {loop_core.__version__}\n"
+    assert result.output.startswith(f"loop-rules, version {loop_core.__version__}\nliteral scanner: ")
 
 
 def _commands(group: click.Group = cli, prefix: tuple[str, ...] = ()) -> Iterator[Any]:
