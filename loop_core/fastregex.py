@@ -955,7 +955,7 @@ _CONSTRUCTOR: list[Any] = []  # what the regex module's pickling rebuilds a patt
 def freeze_compiled(compiled: Any) -> dict[str, Any] | None:
     """A compiled pattern's code as JSON data for :func:`thaw_compiled`; None
     when its pickling gives something this does not write."""
-    reduce = copyreg.dispatch_table.get(type(compiled))
+    reduce: Any = copyreg.dispatch_table.get(type(compiled))
     if reduce is None:
         return None
     try:
@@ -975,8 +975,9 @@ def thaw_compiled(pattern: str, frozen: Any) -> Any | None:
             return None
         args = _from_plain(data)
         if not _CONSTRUCTOR:
-            reduce = copyreg.dispatch_table[type(regex.compile(""))]
-            _CONSTRUCTOR.append(reduce(regex.compile(""))[0])
+            empty = regex.compile("")
+            reducer: Any = copyreg.dispatch_table[type(empty)]
+            _CONSTRUCTOR.append(reducer(empty)[0])
         compiled = _CONSTRUCTOR[0](*args)
     except Exception:  # noqa: BLE001 - any damage at all: compile the pattern instead
         return None
