@@ -12,6 +12,7 @@ import pluggy
 import pytest
 
 from loop_core import (
+    Bundle,
     ConditionKind,
     Engine,
     FailureClass,
@@ -596,3 +597,19 @@ def test_a_start_without_third_party_plugins_skips_the_metadata_scan() -> None:
               "print('importlib.metadata' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_consensus_counts_distinct_other_submissions_with_the_same_key() -> None:
+    from loop_core.trust import ConsensusIndex
+
+    def anchor(commit: str, ctx: int = 32768) -> Bundle:
+        return make_bundle({"manifest": {"outcome": "ok", "club3090_commit": commit, "selected_ctx": ctx}})
+
+    own = anchor("a" * 40)
+    others = [anchor(c * 40) for c in "bcd"] + [anchor("b" * 40)]  # "b" twice: one submission
+    index = ConsensusIndex.of([*others, anchor("e" * 40, ctx=8192)])  # another key: not counted
+    assert index.count(own) == 1 + 3  # own is not among them
+    index.add(own)
+    assert index.count(own) == 1 + 3  # nor counted twice once indexed
+    assert index.count(anchor("f" * 40, ctx=4096)) == 1  # no prior with that key
+    assert ConsensusIndex().count(make_bundle({"manifest": {"schema": 2}})) == 1  # a gate bundle has no key
