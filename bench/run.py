@@ -712,6 +712,35 @@ def tracker(ctx: Context) -> list[Row]:
     return rows
 
 
+@scenario("consensus", "the trust pass over success anchors that all share one consensus key (many "
+                       "users running one popular set-up), at two sizes: per-anchor cost should not grow")
+def consensus(ctx: Context) -> list[Row]:
+    from loop_core.testing import make_bundle
+    from loop_core.trust import ConsensusIndex, evaluate_trust
+
+    rows, per_anchor = [], {}
+    for n in (max(2, ctx.n // 2), ctx.n * 5):
+        # One model, set-up and green capability; each anchor its own commit, so its own submission.
+        anchors = [make_bundle({"manifest": {"outcome": "ok", "club3090_commit": f"{i:040x}",
+                                             "smoke_capability_set": ["chat"]},
+                                "pt4": {"results": {"chat": "green"}, "smoke_capability_set": ["chat"]}})
+                   for i in range(n)]
+
+        def run(anchors: list[Any] = anchors) -> None:
+            index = ConsensusIndex.of(anchors)
+            for anchor in anchors:
+                evaluate_trust(anchor, priors=index)
+
+        t = ctx.timed(run)
+        per_anchor[n] = t.seconds / n
+        first = per_anchor[min(per_anchor)]
+        growth = f"; per anchor {per_anchor[n] / first:.2f}x the cost at {min(per_anchor):,}" if len(per_anchor) > 1 else ""
+        rows.append(Row(f"consensus: trust pass, {n:,} anchors on one key", n, t.seconds,
+                        f"{per_anchor[n] * 1e6:.1f} µs per anchor (index built and every anchor evaluated){growth}; "
+                        f"{t.describe()}", {**t.extra(), "per_anchor_s": per_anchor[n]}))
+    return rows
+
+
 @scenario("jobs", "--jobs 1 vs --jobs 2, runs alternating: `loop-rules classify --format jsonl` "
                   "and `loop-rules run --dry-run` in a subprocess (wall-clock speed-up), over the "
                   "corpus and over the smaller `rss` size, where start-up weighs less")
