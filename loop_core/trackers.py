@@ -260,6 +260,14 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return doc
 
 
+def submissions_of(occurrences: Any) -> set[str]:
+    """The submissions a stored list of occurrences counts (entries that are not
+    an object with a string ``submission`` count none)."""
+    if not isinstance(occurrences, list):
+        return set()
+    return {o["submission"] for o in occurrences if isinstance(o, dict) and isinstance(o.get("submission"), str)}
+
+
 # -- spool ----------------------------------------------------------------
 
 
@@ -279,16 +287,36 @@ class SpoolTracker:
         clean_stale_temp_files(self.directory)
 
     def file(self, draft: IssueDraft, occurrence: Occurrence, reason: str = "spooled") -> FileResult:
-        path = self.directory / f"{draft.dedup_hash}.json"
+        (result,) = self.file_many([(draft, occurrence)], reason=reason)
+        return result
+
+    def file_many(self, items: Sequence[tuple[IssueDraft, Occurrence]], *,
+                  reason: str = "spooled") -> list[FileResult]:
+        """:meth:`file` for several occurrences, in order, under one lock: each
+        failure's file is read and written once however many of its occurrences
+        come (a run hands them over in batches), and the files are synced together.
+        A file that cannot be read fails the call before anything is written."""
+        out: list[FileResult] = []
+        docs: dict[Path, dict[str, Any]] = {}
+        seen: dict[Path, set[str]] = {}  # a set, not a scan of the list per occurrence
+        changed: dict[Path, None] = {}
         with locked(self.directory):
-            payload = _read_json(path) or draft.spool_payload()
-            occurrences = payload.setdefault("occurrences", [])
-            if any(o.get("submission") == occurrence.submission for o in occurrences if isinstance(o, dict)):
-                return FileResult(FileAction.ALREADY_COUNTED, draft.dedup_hash, None,
-                                  "occurrence already spooled", path)
-            occurrences.append(occurrence.to_dict())
-            atomic_write_json(path, payload)
-        return FileResult(FileAction.SPOOLED, draft.dedup_hash, None, reason, path)
+            for draft, occurrence in items:
+                path = self.directory / f"{draft.dedup_hash}.json"
+                payload = docs.get(path)
+                if payload is None:
+                    payload = docs[path] = _read_json(path) or draft.spool_payload()
+                    seen[path] = submissions_of(payload.setdefault("occurrences", []))
+                if occurrence.submission in seen[path]:
+                    out.append(FileResult(FileAction.ALREADY_COUNTED, draft.dedup_hash, None,
+                                          "occurrence already spooled", path))
+                    continue
+                payload["occurrences"].append(occurrence.to_dict())
+                seen[path].add(occurrence.submission)
+                changed[path] = None
+                out.append(FileResult(FileAction.SPOOLED, draft.dedup_hash, None, reason, path))
+            atomic_write_json_many([(path, docs[path]) for path in changed])
+        return out
 
     def pending(self) -> list[Path]:
         return sorted(self.directory.glob("*.json")) if self.directory.is_dir() else []
@@ -355,6 +383,9 @@ class ReviewQueue:
         occurrences come, and the folder is synced once."""
         out: list[tuple[bool, Path]] = []
         docs: dict[Path, dict[str, Any]] = {}
+        # Each file's submissions as a set: a scan of its list per occurrence would make
+        # one unknown failure that thousands of users hit cost quadratic time.
+        seen: dict[Path, set[str]] = {}
         changed: dict[Path, None] = {}  # in first-change order
         with locked(self.directory):
             present = _file_names(self.directory)  # one listing, not a failed open per new failure
@@ -364,11 +395,12 @@ class ReviewQueue:
                 current = docs.get(path)
                 if current is None:
                     current = docs[path] = (_read_json(path) if name in present else None) or dict(payload)
-                occurrences = current.setdefault("occurrences", [])
-                if any(o.get("submission") == occurrence.submission for o in occurrences if isinstance(o, dict)):
+                    seen[path] = submissions_of(current.setdefault("occurrences", []))
+                if occurrence.submission in seen[path]:
                     out.append((False, path))
                     continue
-                occurrences.append(occurrence.to_dict())
+                current["occurrences"].append(occurrence.to_dict())
+                seen[path].add(occurrence.submission)
                 changed[path] = None
                 out.append((True, path))
             atomic_write_json_many([(path, docs[path]) for path in changed])

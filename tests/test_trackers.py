@@ -209,6 +209,58 @@ def test_review_queue_add_many_writes_each_failure_once_and_counts_each_submissi
     assert not [p for p in (tmp_path / "_review-queue").iterdir() if p.name.endswith(".tmp")]
 
 
+def test_review_queue_counts_against_a_stored_list_that_holds_junk(tmp_path: Path) -> None:
+    from loop_core.dedup import Occurrence
+    from loop_core.trackers import ReviewQueue
+
+    queue = ReviewQueue(tmp_path)
+    a = {"dedup_hash": "a" * 64, "reason": "no rule matched"}
+    path = tmp_path / "_review-queue" / f"{'a' * 64}.json"
+    path.parent.mkdir()
+    # Hand-edited: entries that are not occurrences, or whose submission is not a string.
+    path.write_text(json.dumps({**a, "occurrences": ["x", {"submission": ["s1"]}, {"submission": "s2"}]}))
+    results = queue.add_many([(a, Occurrence(s, None, None, s)) for s in ("s1", "s2", "s3", "s3")])
+    assert [added for added, _ in results] == [True, False, True, False]
+    stored = json.loads(path.read_text())["occurrences"]
+    assert stored[:3] == ["x", {"submission": ["s1"]}, {"submission": "s2"}]  # kept as they were
+    assert [o["submission"] for o in stored[3:]] == ["s1", "s3"]
+
+
+def test_spool_file_many_gives_what_file_gives_one_by_one(tmp_path: Path, engine: Engine) -> None:
+    seeded, items = _mixed_items(engine)
+    one, many = SpoolTracker(tmp_path / "one"), SpoolTracker(tmp_path / "many")
+    for spool in (one, many):
+        assert [spool.file(*pair).action for pair in seeded] == [FileAction.SPOOLED]
+    expected = [one.file(*pair) for pair in items]
+    got = many.file_many(items)
+    assert [r.action for r in got] == [
+        FileAction.SPOOLED, FileAction.ALREADY_COUNTED, FileAction.SPOOLED, FileAction.SPOOLED,
+        FileAction.ALREADY_COUNTED, FileAction.ALREADY_COUNTED]
+    assert [(r.action, r.dedup_hash, r.reason, r.spool_path.name if r.spool_path else None) for r in got] == \
+        [(r.action, r.dedup_hash, r.reason, r.spool_path.name if r.spool_path else None) for r in expected]
+
+    def files(spool: SpoolTracker) -> dict[str, str]:
+        return {p.name: p.read_text(encoding="utf-8") for p in spool.pending()}
+
+    assert files(many) == files(one) and len(files(one)) == 2  # byte for byte
+    assert [r.action for r in many.file_many(items)] == [FileAction.ALREADY_COUNTED] * len(items)
+    assert files(many) == files(one)
+
+
+def test_spool_file_many_writes_nothing_when_a_file_is_unreadable(tmp_path: Path, engine: Engine) -> None:
+    from loop_core.errors import TrackerError
+
+    seeded, items = _mixed_items(engine)
+    spool = SpoolTracker(tmp_path)
+    spool.file(*seeded[0])
+    kernel_hash = items[2][0].dedup_hash
+    (tmp_path / "_dedup-queue" / f"{kernel_hash}.json").write_text("{ not json")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "_dedup-queue").iterdir()}
+    with pytest.raises(TrackerError, match=kernel_hash):
+        spool.file_many(items)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "_dedup-queue").iterdir()} == before
+
+
 def test_atomic_write_json_many_writes_every_file_and_syncs_them_before_any_rename(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import os
