@@ -741,6 +741,40 @@ def consensus(ctx: Context) -> list[Row]:
     return rows
 
 
+@scenario("hot-unknown", "one unknown failure hit by many submissions, queued for review in run-sized "
+                         "batches (ReviewQueue.add_many), at two sizes")
+def hot_unknown(ctx: Context) -> list[Row]:
+    import tempfile
+
+    from loop_core.dedup import Occurrence
+    from loop_core.pipeline import REVIEW_BATCH_FACTOR
+    from loop_core.trackers import BATCH, ReviewQueue, review_payload
+
+    batch = BATCH * REVIEW_BATCH_FACTOR
+    payload = review_payload("0" * 64, {"tuple": {}}, "unrecognised error", "acme/Model-7B", "20260801T093000Z",
+                             "no rule matched (tier none-unknown)")
+    rows, per_item = [], {}
+    for n in (max(2, ctx.n // 2), ctx.n * 5):
+        items = [(payload, Occurrence(f"{i:064x}", "20260801T093000Z", "0123456", f"captures/b{i}"))
+                 for i in range(n)]
+        with tempfile.TemporaryDirectory(dir=OUT) as tmp:
+            counter = iter(range(10**6))
+
+            def run(items: list[Any] = items) -> None:
+                queue = ReviewQueue(Path(tmp) / str(next(counter)))  # a fresh queue each time
+                for start in range(0, len(items), batch):
+                    queue.add_many(items[start:start + batch])
+
+            t = ctx.timed(run)
+        per_item[n] = t.seconds / n
+        first = min(per_item)
+        growth = f"; per occurrence {per_item[n] / per_item[first]:.2f}x the cost at {first:,}" if n != first else ""
+        rows.append(Row(f"hot unknown: {n:,} occurrences of one failure", n, t.seconds,
+                        f"{per_item[n] * 1e6:.0f} µs per occurrence, batches of {batch:,}{growth}; {t.describe()}",
+                        {**t.extra(), "per_item_s": per_item[n]}))
+    return rows
+
+
 @scenario("jobs", "--jobs 1 vs --jobs 2, runs alternating: `loop-rules classify --format jsonl` "
                   "and `loop-rules run --dry-run` in a subprocess (wall-clock speed-up), over the "
                   "corpus and over the smaller `rss` size, where start-up weighs less")
