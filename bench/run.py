@@ -733,12 +733,17 @@ def consensus(ctx: Context) -> list[Row]:
 
         t = ctx.timed(run)
         per_anchor[n] = t.seconds / n
-        first = per_anchor[min(per_anchor)]
-        growth = f"; per anchor {per_anchor[n] / first:.2f}x the cost at {min(per_anchor):,}" if len(per_anchor) > 1 else ""
-        rows.append(Row(f"consensus: trust pass, {n:,} anchors on one key", n, t.seconds,
-                        f"{per_anchor[n] * 1e6:.1f} µs per anchor (index built and every anchor evaluated){growth}; "
-                        f"{t.describe()}", {**t.extra(), "per_anchor_s": per_anchor[n]}))
+        rows.append(_growth_row(f"consensus: trust pass, {n:,} anchors on one key", n, t, per_anchor, "anchor",
+                                "index built and every anchor evaluated"))
     return rows
+
+
+def _growth_row(label: str, n: int, t: Timing, per_item: dict[int, float], unit: str, what: str) -> Row:
+    """A row giving the cost per item and, past the first size, its ratio to the cost there."""
+    first = min(per_item)
+    growth = f"; per {unit} {per_item[n] / per_item[first]:.2f}x the cost at {first:,}" if n != first else ""
+    return Row(label, n, t.seconds, f"{per_item[n] * 1e6:.1f} µs per {unit} ({what}){growth}; {t.describe()}",
+               {**t.extra(), "per_item_s": per_item[n]})
 
 
 @scenario("hot-unknown", "one unknown failure hit by many submissions, queued for review in run-sized "
@@ -754,25 +759,23 @@ def hot_unknown(ctx: Context) -> list[Row]:
     payload = review_payload("0" * 64, {"tuple": {}}, "unrecognised error", "acme/Model-7B", "20260801T093000Z",
                              "no rule matched (tier none-unknown)")
     rows, per_item = [], {}
-    for n in (max(2, ctx.n // 2), ctx.n * 5):
-        items = [(payload, Occurrence(f"{i:064x}", "20260801T093000Z", "0123456", f"captures/b{i}"))
-                 for i in range(n)]
-        with tempfile.TemporaryDirectory(dir=OUT) as tmp:
-            counter = iter(range(10**6))
+    with tempfile.TemporaryDirectory(dir=OUT) as tmp:
+        fresh = (Path(tmp) / str(i) for i in range(10**6))  # a fresh queue for every timed run
+        for n in (max(2, ctx.n // 2), ctx.n * 5):
+            items = [(payload, Occurrence(f"{i:064x}", "20260801T093000Z", "0123456", f"captures/b{i}"))
+                     for i in range(n)]
 
             def run(items: list[Any] = items) -> None:
-                queue = ReviewQueue(Path(tmp) / str(next(counter)))  # a fresh queue each time
+                queue = ReviewQueue(next(fresh))
                 for start in range(0, len(items), batch):
                     queue.add_many(items[start:start + batch])
 
             t = ctx.timed(run)
-        per_item[n] = t.seconds / n
-        first = min(per_item)
-        growth = f"; per occurrence {per_item[n] / per_item[first]:.2f}x the cost at {first:,}" if n != first else ""
-        rows.append(Row(f"hot unknown: {n:,} occurrences of one failure", n, t.seconds,
-                        f"{per_item[n] * 1e6:.0f} µs per occurrence, batches of {batch:,}{growth}; {t.describe()}",
-                        {**t.extra(), "per_item_s": per_item[n]}))
+            per_item[n] = t.seconds / n
+            rows.append(_growth_row(f"hot unknown: {n:,} occurrences of one failure", n, t, per_item,
+                                    "occurrence", f"batches of {batch:,}"))
     return rows
+
 
 
 @scenario("jobs", "--jobs 1 vs --jobs 2, runs alternating: `loop-rules classify --format jsonl` "
