@@ -153,10 +153,33 @@ class RulePack:
     def remember_literals(self) -> None:
         """Keep what this process's literal scanner learnt in the pack cache, for
         the next start to seed its scanner with (see :mod:`loop_core.packcache`);
-        written only when it learnt something new."""
+        written only when it learnt something new.
+
+        Only literals this pack's rules can ask for are kept: the scanner serves
+        every pack of the process (``loop-rules diff`` runs two), and another
+        pack's literals would only make this one's scans slower.
+        """
         found = scanner()
-        if found is not None and self.root is not None and self.regexes.learn_literals(found.learnt()):
+        if found is None or self.root is None:
+            return
+        if self.regexes.learn_literals(found.learnt() & self._literals()):
             packcache.save(self.regexes, self.content)
+
+    def _literals(self) -> frozenset[str]:
+        """Every literal a search or the rule index of this pack may look up: those of
+        its regexes' analyses (alternatives included) and of its rules' needs."""
+        out: set[str] = set()
+        stack = list(self.regexes.entries.values())
+        while stack:
+            data = stack.pop()
+            if not isinstance(data, dict):
+                continue
+            for key in ("literals", "also"):
+                out.update(x for x in data.get(key) or () if isinstance(x, str))
+            stack.extend(sub for _piece, sub in data.get("branches") or ())
+        for rule in self.rules:
+            out.update(need.literal for need in rule.when.needs() or ())
+        return frozenset(out)
 
     def candidates(self, view: View) -> Iterator[Rule]:
         """The active rules that may match ``view``, in order; the others cannot."""

@@ -134,6 +134,34 @@ def test_what_a_run_learnt_seeds_the_next_starts_scanner(cache: Path, pack: Path
         litscan.use_scanner(None)
 
 
+def test_another_packs_literals_are_not_kept(cache: Path, pack: Path, tmp_path: Path) -> None:
+    from loop_core import litscan
+    from loop_core.batch import classify_rows
+    from loop_core.testing import make_bundle
+
+    if not litscan.available():
+        pytest.skip("ahocorasick_rs is not installed")
+    other = Path(shutil.copytree(pack, tmp_path / "other.d"))
+    (other / "05-new.yml").write_text(
+        "rules:\n  - id: brand-new\n    class: kernel-unsupported\n    description: d\n"
+        "    when: {select: $.signal.all_text, regex: '(?i)frobnicator kernel missing'}\n"
+        "    examples: {match: ['Frobnicator kernel missing'], no_match: ['frobnicator ok']}\n", encoding="utf-8")
+    litscan.use_scanner(True)
+    try:
+        mine, theirs = _build(pack), _build(other)
+        for _ in range(3):  # the scanner learns the phrase from the other pack's searches
+            assert theirs.classify(make_bundle("RuntimeError: Frobnicator kernel missing")).matched_rule == "brand-new"
+        list(classify_rows([EXAMPLES], mine))
+        assert "frobnicator kernel missing" in litscan.scanner().learnt()  # type: ignore[union-attr]
+        kept = {}
+        for path in (cache / "packs").glob("*.json"):
+            kept[path] = set(json.loads(path.read_text(encoding="utf-8")).get("literals", []))
+        mine_kept = [k for k in kept.values() if k]
+        assert len(mine_kept) == 1 and "frobnicator kernel missing" not in mine_kept[0]
+    finally:
+        litscan.use_scanner(None)
+
+
 def test_damaged_literals_are_ignored(cache: Path, pack: Path) -> None:
     from loop_core import litscan
 
