@@ -106,6 +106,10 @@ def db_state(path: Path) -> tuple[list[tuple[str, str]], Counter[str], dict[str,
         return [], Counter(), {}
     db = sqlite3.connect(path)
     try:
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"issues", "occurrences"} <= tables:
+            # Killed between creating the file and its schema (the rerun creates it): nothing filed yet.
+            return [], Counter(), {}
         occ = db.execute("SELECT submission, dedup_hash FROM occurrences").fetchall()
         issues = Counter(h for (h,) in db.execute("SELECT dedup_hash FROM issues"))
         per = dict(db.execute("SELECT i.dedup_hash, COUNT(*) FROM occurrences o "
