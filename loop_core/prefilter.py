@@ -55,7 +55,8 @@ class _ByWord:
 class RuleIndex:
     """The rules of a pack, indexed by the words and literals they need."""
 
-    __slots__ = ("size", "_always", "_by_word", "_checked", "_checked_literals", "_base", "_base_order")
+    __slots__ = ("size", "_always", "_by_word", "_checked", "_checked_literals", "_checked_by_literal",
+                 "_checked_keys", "_base", "_base_order")
 
     def __init__(self, needs: Sequence[tuple[Need, ...] | None]) -> None:
         """``needs[i]`` are the needs of rule ``i`` (None or empty: always evaluated)."""
@@ -82,10 +83,18 @@ class RuleIndex:
         # Every literal the checked rules need, per selector: one set operation over a
         # scanned text answers them all (see _may_hold).
         wanted: dict[str, set[str]] = {}
-        for groups in self._checked.values():
+        # And, per selector and literal, the checked rules that literal lets through.
+        by_literal: dict[str, dict[str, set[int]]] = {}
+        for pos, groups in self._checked.items():
             for selector, _pairs, literals in groups:
                 wanted.setdefault(selector.text, set()).update(literals)
+                for literal in literals:
+                    by_literal.setdefault(selector.text, {}).setdefault(literal, set()).add(pos)
         self._checked_literals = {text: frozenset(lits) for text, lits in wanted.items()}
+        self._checked_by_literal = {text: {lit: frozenset(ps) for lit, ps in lits.items()}
+                                    for text, lits in by_literal.items()}
+        self._checked_keys = {pos: frozenset(selector.text for selector, _p, _l in groups)
+                              for pos, groups in self._checked.items()}
         # The rules every walk looks at (always evaluated, or checked on the way), in order.
         self._base = frozenset(self._always) | frozenset(self._checked)
         self._base_order = tuple(sorted(self._base))
@@ -124,28 +133,44 @@ class RuleIndex:
                 for key in index.affixes() & entry.affixes:
                     found.update(entry.affix_rules[key])
         order = sorted(self._base.union(found)) if found else self._base_order
-        checked = self._checked
+        checked, keys_of = self._checked, self._checked_keys
+        # Checked rules are decided a selector at a time, when the walk first needs the
+        # selector: one scan's answer lets through every checked rule one of whose
+        # literals on it occurs (``passing``), and the selector joins ``decided``. A
+        # rule whose selectors are all decided and that is not passing cannot match:
+        # a set lookup and a subset test, not a walk over its needs.
         present: dict[str, AbstractSet[str] | None] = {}  # per selector, see _may_hold
+        passing: set[int] = set()
+        decided: set[str] = set()
         may_hold = self._may_hold
         for pos in order:
             groups = checked.get(pos)
-            if groups is None or may_hold(view, groups, present):
+            if groups is None or pos in passing:
+                yield pos
+            elif not keys_of[pos] <= decided and may_hold(view, pos, groups, present, passing, decided):
                 yield pos
 
-    def _may_hold(self, view: View, groups: _Groups, present: dict[str, AbstractSet[str] | None]) -> bool:
-        """Whether one of the needs may hold: its literal occurs in the text it is about.
+    def _may_hold(self, view: View, pos: int, groups: _Groups, present: dict[str, AbstractSet[str] | None],
+                  passing: set[int], decided: set[str]) -> bool:
+        """Whether one of rule ``pos``'s needs may hold: its literal occurs in the text it is about.
 
         ``present`` remembers, per selector, which of all the checked rules'
-        literals occur in its text, when one scan looked for every one of them:
-        each later rule is then one ``isdisjoint``.
+        literals occur in its text, when one scan looked for every one of them
+        (None: each is looked up in turn); such a selector is then ``decided``,
+        with every checked rule it lets through added to ``passing``.
         """
         for selector, pairs, literals in groups:
             key = selector.text
             found = present.get(key, _UNSEEN)
             if found is _UNSEEN:
                 found = present[key] = _occurring(view, selector, self._checked_literals[key])
+                if found is not None:
+                    through = self._checked_by_literal[key]
+                    for literal in found:
+                        passing.update(through[literal])
+                    decided.add(key)
             if found is not None:
-                if not literals.isdisjoint(found):
+                if pos in passing:
                     return True
                 continue
             index = view.index(selector.values(view)[0])

@@ -148,3 +148,37 @@ def test_no_need_is_empty_so_an_empty_text_rules_every_need_out() -> None:
     view = View(make_bundle(booted))
     assert view.signal("all_text") == "" and view.signal("final_error") == ""
     assert _indexed_walk(engine, view) == _plain_walk(engine, View(make_bundle(booted)))
+
+
+@pytest.mark.parametrize("pack", ["default", "reference"])
+def test_every_rule_that_matches_is_a_candidate(pack: str, corpus: list, lookup: str) -> None:
+    # Stronger than the first match agreeing: no matching rule is ever skipped.
+    engine = Engine.build(pack, make_plugin_manager(entry_points=False))
+    for bundle in corpus:
+        view = View(bundle)
+        walked = {rule.id for rule in engine.pack.candidates(view)}
+        assert {rule.id for rule in engine.pack.active_rules if rule.matches(view)} <= walked, bundle.path
+
+
+def test_checked_rules_with_needs_on_two_selectors(tmp_path: Path, lookup: str) -> None:
+    # Literals without a word are checked when the walk reaches the rule, a selector at a
+    # time: a rule whose needs sit on two selectors matches through either of them.
+    root = tmp_path / "two"
+    root.mkdir()
+    (root / "pack.yml").write_text("name: two\n", encoding="utf-8")
+    rules = ["rules:"]
+    for i, (log, model) in enumerate([("^zq{i}a$", "^acme/zq{i}b$"), ("^zq{i}c$", "^acme/zq{i}d$")]):
+        rules += [f"  - id: r{i}", "    class: unknown", "    description: d", "    when:", "      any:",
+                  f"        - {{select: $.signal.all_text, regex: '(?m){log.format(i=i)}'}}",
+                  f"        - {{select: $.manifest.model, regex: '{model.format(i=i)}'}}",
+                  f"    examples: {{match: ['{log.format(i=i).strip('^$')}'], no_match: ['nothing']}}"]
+    (root / "10-two.yml").write_text("\n".join(rules) + "\n", encoding="utf-8")
+    engine = Engine.build(root, make_plugin_manager(entry_points=False))
+    assert engine.pack.index.describe()["checked"] == 2
+    cases = [({}, None), ({"pt3": {"failure_log_excerpt": "zq0a"}}, "r0"),
+             ({"manifest": {"model": "acme/zq0b"}}, "r0"), ({"manifest": {"model": "acme/zq1d"}}, "r1"),
+             ({"pt3": {"failure_log_excerpt": "zq1c"}, "manifest": {"model": "acme/zq1d"}}, "r1"),
+             ({"pt3": {"failure_log_excerpt": "x\nzq1c\ny"}, "manifest": {"model": "acme/zq0b"}}, "r0")]
+    for overrides, expected in cases:
+        view = View(make_bundle(overrides))
+        assert _indexed_walk(engine, view) == _plain_walk(engine, view) == expected, overrides
