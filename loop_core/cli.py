@@ -800,7 +800,9 @@ def review_list(captures: Path, fmt: str) -> None:
     click.echo(f"{'DEDUP':12}  {'COUNT':>5}  {'MODEL':40} ERROR")
     for item in items:
         error = str(item.get("final_error") or item.get("error_substring") or "")
-        click.echo(f"{item['dedup_hash']:12}  {len(item.get('occurrences') or []):>5}  "
+        occurrences = item.get("occurrences") or []
+        count = len(occurrences) if isinstance(occurrences, list) else "?"  # a file edited by hand
+        click.echo(f"{str(item.get('dedup_hash'))[:12]:12}  {count:>5}  "
                    f"{str(item.get('model_slug'))[:40]:40} {error[:60]}")
     click.echo(f"\n{len(items)} item(s) waiting for review")
 
@@ -837,6 +839,8 @@ def spool_replay(captures: Path, tracker_name: str, repo: str | None) -> None:
         target.close()
     counts: dict[str, int] = {}
     for r in results:
+        if r.problem is not None:
+            click.echo(f"loop-rules: {r.problem}; left in the spool", err=True)
         for fr in r.results:
             counts[fr.action.value] = counts.get(fr.action.value, 0) + 1
     drained = sum(r.drained for r in results)

@@ -254,17 +254,29 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
-        raise TrackerError(f"{path}: unreadable spool file: {e}") from e
+        raise TrackerError(f"{path}: unreadable file: {e}") from e
     if not isinstance(doc, dict):
-        raise TrackerError(f"{path}: a spool file holds a JSON object")
+        raise TrackerError(f"{path}: expected a JSON object, got {type(doc).__name__}")
     return doc
 
 
-def submissions_of(occurrences: Any) -> set[str]:
+def occurrence_list(doc: dict[str, Any], path: Path) -> list[Any]:
+    """The ``occurrences`` list of a spool or review-queue file (made empty when
+    absent), to append to.
+
+    :raises TrackerError: it is not a list (a file edited by hand, say): appending
+        would lose what it holds, so the file is left for a person to fix.
+    """
+    found = doc.setdefault("occurrences", [])
+    if not isinstance(found, list):
+        raise TrackerError(f"{path}: 'occurrences' is a {type(found).__name__}, not a list; "
+                           "fix or remove the file")
+    return found
+
+
+def submissions_of(occurrences: list[Any]) -> set[str]:
     """The submissions a stored list of occurrences counts (entries that are not
     an object with a string ``submission`` count none)."""
-    if not isinstance(occurrences, list):
-        return set()
     return {o["submission"] for o in occurrences if isinstance(o, dict) and isinstance(o.get("submission"), str)}
 
 
@@ -306,7 +318,7 @@ class SpoolTracker:
                 payload = docs.get(path)
                 if payload is None:
                     payload = docs[path] = _read_json(path) or draft.spool_payload()
-                    seen[path] = submissions_of(payload.setdefault("occurrences", []))
+                    seen[path] = submissions_of(occurrence_list(payload, path))
                 if occurrence.submission in seen[path]:
                     out.append(FileResult(FileAction.ALREADY_COUNTED, draft.dedup_hash, None,
                                           "occurrence already spooled", path))
@@ -330,6 +342,7 @@ class ReplayResult:
     path: Path
     results: tuple[FileResult, ...]
     drained: bool
+    problem: str | None = None  # why the file could not be replayed (it stays)
 
 
 def replay_spool(spool: SpoolTracker, target: Tracker) -> list[ReplayResult]:
@@ -340,17 +353,17 @@ def replay_spool(spool: SpoolTracker, target: Tracker) -> list[ReplayResult]:
     """
     out = []
     for path in spool.pending():
-        payload = _read_json(path)
-        if payload is None:
+        try:
+            spooled = _spooled(path)
+        except TrackerError as e:  # this file stays for a person to look at; the others go on
+            out.append(ReplayResult(path, (), False, str(e)))
             continue
-        draft = IssueDraft.from_spool(payload)
-        raw_occurrences = payload.get("occurrences")
-        if not raw_occurrences:
-            # A spool file the reference wrote: one would-be issue, no occurrence list.
-            raw_occurrences = [{"submission": f"spool-{draft.dedup_hash}", "bundle": str(path)}]
+        if spooled is None:
+            continue
+        draft, occurrences = spooled
         results = []
-        for raw in raw_occurrences:
-            results.append(target.file(draft, Occurrence.from_dict(raw)))
+        for occurrence in occurrences:
+            results.append(target.file(draft, occurrence))
         # A result that points at a spool file did not land in the target (it fell back).
         drained = all(r.action is not FileAction.SPOOLED and r.spool_path is None for r in results)
         if drained:
@@ -363,6 +376,30 @@ def replay_spool(spool: SpoolTracker, target: Tracker) -> list[ReplayResult]:
                     drained = False
         out.append(ReplayResult(path, tuple(results), drained))
     return out
+
+
+def _spooled(path: Path) -> tuple[IssueDraft, list[Occurrence]] | None:
+    """The would-be issue and the occurrences of a spool file (None: gone meanwhile).
+
+    :raises TrackerError: the file is not a spool file, naming what is wrong.
+    """
+    payload = _read_json(path)
+    if payload is None:
+        return None
+    try:
+        draft = IssueDraft.from_spool(payload)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise TrackerError(f"{path}: not a would-be issue ({type(e).__name__}: {e})") from e
+    raw = payload.get("occurrences")
+    if not raw:
+        # A spool file the reference wrote: one would-be issue, no occurrence list.
+        return draft, [Occurrence(f"spool-{draft.dedup_hash}", None, None, str(path))]
+    occurrences = []
+    for i, entry in enumerate(occurrence_list(payload, path)):
+        if not isinstance(entry, dict) or not isinstance(entry.get("submission"), str):
+            raise TrackerError(f"{path}: occurrences[{i}] is not an occurrence (an object with a 'submission')")
+        occurrences.append(Occurrence.from_dict(entry))
+    return draft, occurrences
 
 
 class ReviewQueue:
@@ -395,7 +432,7 @@ class ReviewQueue:
                 current = docs.get(path)
                 if current is None:
                     current = docs[path] = (_read_json(path) if name in present else None) or dict(payload)
-                    seen[path] = submissions_of(current.setdefault("occurrences", []))
+                    seen[path] = submissions_of(occurrence_list(current, path))
                 if occurrence.submission in seen[path]:
                     out.append((False, path))
                     continue

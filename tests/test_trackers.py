@@ -293,3 +293,66 @@ def test_atomic_write_json_many_that_fails_leaves_old_files_and_no_temp_files(tm
         trackers.atomic_write_json_many(files)
     assert json.loads((tmp_path / "a.json").read_text()) == {"old": True}  # nothing renamed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_replay_names_each_damaged_spool_file_leaves_it_and_drains_the_rest(tmp_path: Path, engine: Engine) -> None:
+    from click.testing import CliRunner
+
+    from loop_core.cli import cli
+
+    spool = SpoolTracker(tmp_path)
+    good, occurrence = drafted(engine)
+    spool.file(good, occurrence)
+    queue = tmp_path / "_dedup-queue"
+    payload = json.loads((queue / f"{good.dedup_hash}.json").read_text())
+    damaged = {
+        "a-no-canonical.json": {k: v for k, v in payload.items() if k != "canonical"},
+        "b-occurrences-not-a-list.json": {**payload, "occurrences": {"s": 1}},
+        "c-entry-without-submission.json": {**payload, "occurrences": [{"bundle": "x"}]},
+    }
+    for name, doc in damaged.items():
+        (queue / name).write_text(json.dumps(doc), encoding="utf-8")
+    target = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        results = {r.path.name: r for r in replay_spool(spool, target)}
+        assert results[f"{good.dedup_hash}.json"].drained and results[f"{good.dedup_hash}.json"].problem is None
+        assert "not a would-be issue (KeyError: 'canonical')" in str(results["a-no-canonical.json"].problem)
+        assert "'occurrences' is a dict, not a list" in str(results["b-occurrences-not-a-list.json"].problem)
+        assert "occurrences[0] is not an occurrence" in str(results["c-entry-without-submission.json"].problem)
+        assert [i["occurrences"] for i in target.issues()] == [1]
+    finally:
+        target.close()
+    assert sorted(p.name for p in queue.glob("*.json")) == sorted(damaged)  # left for a person
+    result = CliRunner().invoke(cli, ["spool", "replay", str(tmp_path)])
+    assert result.exit_code == 1
+    assert result.stderr.count("left in the spool") == 3 and "a-no-canonical.json: not a would-be issue" in result.stderr
+
+
+def test_a_queue_file_whose_occurrences_is_not_a_list_is_refused_and_left_alone(tmp_path: Path,
+                                                                                engine: Engine) -> None:
+    from click.testing import CliRunner
+
+    from loop_core.cli import cli
+    from loop_core.dedup import Occurrence
+    from loop_core.errors import TrackerError
+    from loop_core.trackers import ReviewQueue
+
+    queue = ReviewQueue(tmp_path)
+    a = {"dedup_hash": "a" * 64, "reason": "no rule matched"}
+    path = tmp_path / "_review-queue" / f"{'a' * 64}.json"
+    path.parent.mkdir()
+    text = json.dumps({**a, "occurrences": {"s1": "by hand"}})
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(TrackerError, match="'occurrences' is a dict, not a list; fix or remove the file"):
+        queue.add_many([(a, Occurrence("s2", None, None, "b"))])
+    assert path.read_text(encoding="utf-8") == text
+    listed = CliRunner().invoke(cli, ["review", "list", str(tmp_path)])
+    assert listed.exit_code == 0 and f"{'a' * 12}      ?" in listed.output
+
+    spool = SpoolTracker(tmp_path)
+    draft, occurrence = drafted(engine)
+    spooled = tmp_path / "_dedup-queue" / f"{draft.dedup_hash}.json"
+    spooled.parent.mkdir(exist_ok=True)
+    spooled.write_text(json.dumps({**draft.spool_payload(), "occurrences": "s1"}), encoding="utf-8")
+    with pytest.raises(TrackerError, match="'occurrences' is a str, not a list"):
+        spool.file(draft, occurrence)
