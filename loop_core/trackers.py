@@ -519,12 +519,31 @@ class SqliteTracker:
 
     def __init__(self, path: Path, *, busy_timeout: float = 60.0) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None)
-        self.db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
-        self._retry(lambda: self.db.execute("PRAGMA journal_mode = WAL"))
-        self.db.execute("PRAGMA synchronous = NORMAL")
-        self._retry(lambda: self.db.executescript(_SCHEMA_SQL))
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise TrackerError(f"{self.path.parent}: cannot make the tracker's folder: {e.strerror}") from e
+        with self._errors_named():
+            self.db = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None)
+            try:
+                self.db.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+                self._retry(lambda: self.db.execute("PRAGMA journal_mode = WAL"))
+                self.db.execute("PRAGMA synchronous = NORMAL")
+                self._retry(lambda: self.db.executescript(_SCHEMA_SQL))
+            except BaseException:
+                self.db.close()
+                raise
+
+    @contextlib.contextmanager
+    def _errors_named(self) -> Iterator[None]:
+        """SQLite's errors (a file that is no database, a damaged one) as a
+        :class:`TrackerError` naming the file, not a crash."""
+        try:
+            yield
+        except sqlite3.DatabaseError as e:
+            damaged = "not a database" in str(e) or "malformed" in str(e)
+            hint = "; move it aside and the next run starts a new tracker" if damaged else ""
+            raise TrackerError(f"{self.path}: {e}{hint}") from e
 
     @classmethod
     def for_captures(cls, captures: Path) -> SqliteTracker:
@@ -542,13 +561,15 @@ class SqliteTracker:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        self._retry(lambda: self.db.execute("BEGIN IMMEDIATE"))
-        try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+        with self._errors_named():
+            self._retry(lambda: self.db.execute("BEGIN IMMEDIATE"))
+            try:
+                yield self.db
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):  # already rolled back: the first error is the one to see
+                    self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
 
     def file(self, draft: IssueDraft, occurrence: Occurrence) -> FileResult:
         with self.transaction() as db:
@@ -605,14 +626,20 @@ class SqliteTracker:
         return FileResult(action, draft.dedup_hash, issue_id, reason)
 
     def issues(self) -> list[dict[str, Any]]:
-        rows = self.db.execute(
-            "SELECT i.id, i.dedup_hash, i.failure_class, i.title, i.state, i.created_at, i.updated_at, "
-            "(SELECT COUNT(*) FROM occurrences o WHERE o.issue_id = i.id) FROM issues i ORDER BY i.id").fetchall()
+        with self._errors_named():
+            rows = self.db.execute(
+                "SELECT i.id, i.dedup_hash, i.failure_class, i.title, i.state, i.created_at, i.updated_at, "
+                "(SELECT COUNT(*) FROM occurrences o WHERE o.issue_id = i.id) FROM issues i ORDER BY i.id"
+            ).fetchall()
         keys = ("id", "dedup_hash", "failure_class", "title", "state", "created_at", "updated_at", "occurrences")
         return [dict(zip(keys, r)) for r in rows]
 
     def issue(self, ref: str) -> dict[str, Any] | None:
         """One issue by number or by dedup hash (its first issue), with labels and occurrences."""
+        with self._errors_named():
+            return self._issue(ref)
+
+    def _issue(self, ref: str) -> dict[str, Any] | None:
         if ref.isdigit():
             row = self.db.execute("SELECT id FROM issues WHERE id = ?", (int(ref),)).fetchone()
         else:

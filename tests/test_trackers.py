@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from loop_core.dedup import TUPLE_MARKER, draft_issue, occurrence_of, parse_body
 from loop_core.testing import make_bundle
 from loop_core.trackers import FileAction, FileResult, SpoolTracker, SqliteTracker, replay_spool
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pull-captures"
 OOM = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB"
 
 
@@ -356,3 +358,25 @@ def test_a_queue_file_whose_occurrences_is_not_a_list_is_refused_and_left_alone(
     spooled.write_text(json.dumps({**draft.spool_payload(), "occurrences": "s1"}), encoding="utf-8")
     with pytest.raises(TrackerError, match="'occurrences' is a str, not a list"):
         spool.file(draft, occurrence)
+
+
+def test_a_tracker_file_that_is_no_database_is_named_and_left_alone(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from loop_core.cli import cli
+    from loop_core.errors import TrackerError
+
+    captures = tmp_path / "captures"
+    shutil.copytree(EXAMPLES, captures)
+    path = captures / "_loop" / "tracker.sqlite"
+    path.parent.mkdir()
+    path.write_bytes(b"not a database, someone's notes")
+    with pytest.raises(TrackerError, match="tracker.sqlite: file is not a database; move it aside"):
+        SqliteTracker(path)
+    runner = CliRunner()
+    for args in (["run", str(captures)], ["tracker", "list", str(captures)]):
+        result = runner.invoke(cli, args)
+        assert result.exit_code == 2, args
+        assert "tracker.sqlite: file is not a database; move it aside" in result.stderr
+        assert "internal error" not in result.output + result.stderr
+    assert path.read_bytes() == b"not a database, someone's notes"
