@@ -206,9 +206,15 @@ def fsync_directory(directory: Path) -> None:
 
 @contextlib.contextmanager
 def locked(directory: Path) -> Iterator[None]:
-    """An exclusive advisory lock on ``directory`` (shared by concurrent runs)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    """An exclusive advisory lock on ``directory`` (shared by concurrent runs).
+
+    :raises TrackerError: the folder cannot be made or locked (a file in its place, say).
+    """
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise TrackerError(f"{directory}: cannot use this folder: {e.strerror}") from e
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -228,6 +234,8 @@ def clean_stale_temp_files(directory: Path, older_than: float = 0.0) -> int:
     """
     removed = 0
     if not directory.is_dir():
+        if directory.exists():  # found at the start of a run, not at its first write
+            raise TrackerError(f"{directory}: not a folder; move it aside")
         return 0
     with locked(directory):
         now = time.time()

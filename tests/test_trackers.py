@@ -380,3 +380,25 @@ def test_a_tracker_file_that_is_no_database_is_named_and_left_alone(tmp_path: Pa
         assert "tracker.sqlite: file is not a database; move it aside" in result.stderr
         assert "internal error" not in result.output + result.stderr
     assert path.read_bytes() == b"not a database, someone's notes"
+
+
+@pytest.mark.parametrize(("folder", "args"), [("_review-queue", []), ("_dedup-queue", ["--tracker", "spool"])])
+def test_a_file_where_a_queue_folder_belongs_stops_the_run_before_it_files(tmp_path: Path, folder: str,
+                                                                           args: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from loop_core.cli import cli
+
+    captures = tmp_path / "captures"
+    shutil.copytree(EXAMPLES, captures)
+    (captures / folder).write_text("notes", encoding="utf-8")
+    result = CliRunner().invoke(cli, ["run", str(captures), *args])
+    assert result.exit_code == 2 and f"{folder}: not a folder; move it aside" in result.stderr
+    assert (captures / folder).read_text(encoding="utf-8") == "notes"
+    tracker = captures / "_loop" / "tracker.sqlite"
+    if tracker.exists():
+        db = SqliteTracker(tracker)
+        try:
+            assert db.issues() == []  # stopped at the start: nothing filed
+        finally:
+            db.close()
