@@ -635,10 +635,12 @@ class SqliteTracker:
 
     def issues(self) -> list[dict[str, Any]]:
         with self._errors_named():
-            rows = self.db.execute(
-                "SELECT i.id, i.dedup_hash, i.failure_class, i.title, i.state, i.created_at, i.updated_at, "
-                "(SELECT COUNT(*) FROM occurrences o WHERE o.issue_id = i.id) FROM issues i ORDER BY i.id"
-            ).fetchall()
+            return self._summaries("ORDER BY i.id")
+
+    def _summaries(self, where: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT i.id, i.dedup_hash, i.failure_class, i.title, i.state, i.created_at, i.updated_at, "
+            f"(SELECT COUNT(*) FROM occurrences o WHERE o.issue_id = i.id) FROM issues i {where}", params).fetchall()
         keys = ("id", "dedup_hash", "failure_class", "title", "state", "created_at", "updated_at", "occurrences")
         return [dict(zip(keys, r)) for r in rows]
 
@@ -649,13 +651,13 @@ class SqliteTracker:
 
     def _issue(self, ref: str) -> dict[str, Any] | None:
         if ref.isdigit():
-            row = self.db.execute("SELECT id FROM issues WHERE id = ?", (int(ref),)).fetchone()
+            found = self._summaries("WHERE i.id = ?", (int(ref),))
         else:
-            row = self.db.execute("SELECT id FROM issues WHERE dedup_hash = ? ORDER BY id", (ref,)).fetchone()
-        if row is None:
+            found = self._summaries("WHERE i.dedup_hash = ? ORDER BY i.id LIMIT 1", (ref,))
+        if not found:
             return None
-        issue_id = row[0]
-        base = next(i for i in self.issues() if i["id"] == issue_id)
+        base = found[0]
+        issue_id = base["id"]
         base["body"] = self.db.execute("SELECT body FROM issues WHERE id = ?", (issue_id,)).fetchone()[0]
         base["labels"] = [r[0] for r in self.db.execute(
             "SELECT name FROM labels WHERE issue_id = ? ORDER BY name", (issue_id,))]
