@@ -777,7 +777,6 @@ def hot_unknown(ctx: Context) -> list[Row]:
     return rows
 
 
-
 @scenario("jobs", "--jobs 1 vs --jobs 2, runs alternating: `loop-rules classify --format jsonl` "
                   "and `loop-rules run --dry-run` in a subprocess (wall-clock speed-up), over the "
                   "corpus and over the smaller `rss` size, where start-up weighs less")
