@@ -369,9 +369,13 @@ def replay_spool(spool: SpoolTracker, target: Tracker) -> list[ReplayResult]:
         if spooled is None:
             continue
         draft, occurrences = spooled
-        results = []
-        for occurrence in occurrences:
-            results.append(target.file(draft, occurrence))
+        # In batches where the target takes them (SQLite: a transaction per 256, not per
+        # occurrence), with the results filing them one by one gives.
+        many = getattr(target, "file_many", None)
+        if many is not None:
+            results = list(many([(draft, occurrence) for occurrence in occurrences]))
+        else:
+            results = [target.file(draft, occurrence) for occurrence in occurrences]
         # A result that points at a spool file did not land in the target (it fell back).
         drained = all(r.action is not FileAction.SPOOLED and r.spool_path is None for r in results)
         if drained:
