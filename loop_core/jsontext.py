@@ -17,7 +17,7 @@ from collections.abc import Callable
 from json.encoder import encode_basestring, encode_basestring_ascii
 from typing import Any
 
-__all__ = ["dumps_indented", "scalar_text"]
+__all__ = ["dumps_indented", "item_texts", "scalar_text", "splice_list"]
 
 INDENT = "  "
 
@@ -35,6 +35,41 @@ def dumps_indented(value: Any, *, sort_keys: bool = False, ensure_ascii: bool = 
     except (_Unsupported, RecursionError):
         return json.dumps(value, indent=2, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
     return "".join(out)
+
+
+def item_texts(values: list[Any], *, level: int, sort_keys: bool = False, ensure_ascii: bool = True) -> list[str] | None:
+    """The text of each of ``values`` as :func:`dumps_indented` writes it at nesting
+    ``level`` (its inner lines indented that much deeper); None when one of them is
+    not plain JSON data (``json.dumps`` would have the last word on it)."""
+    escape = encode_basestring_ascii if ensure_ascii else encode_basestring
+    newline = "\n" + INDENT * level
+    texts = []
+    try:
+        for value in values:
+            out: list[str] = []
+            _emit(value, out, newline, escape, sort_keys)
+            texts.append("".join(out))
+    except (_Unsupported, RecursionError):
+        return None
+    return texts
+
+
+_SPLICE_MARK = "\x00loop-rules: list items go here\x00"
+
+
+def splice_list(doc: dict[str, Any], key: str, texts: list[str], *, sort_keys: bool = False,
+                ensure_ascii: bool = True) -> str | None:
+    """``dumps_indented(doc)``, with the items of the non-empty list ``doc[key]`` given
+    already written (:func:`item_texts` at level 2): a long list that grows is not
+    written again item by item. None when that cannot be done (write it whole)."""
+    if not texts:
+        return None
+    marked = dumps_indented({**doc, key: [_SPLICE_MARK]}, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
+    mark = (encode_basestring_ascii if ensure_ascii else encode_basestring)(_SPLICE_MARK)
+    parts = marked.split(mark)
+    if len(parts) != 2:
+        return None  # the mark occurs elsewhere too, or the document was not written by us
+    return parts[0] + ("," + "\n" + INDENT * 2).join(texts) + parts[1]
 
 
 def scalar_text(value: Any, escape: Callable[[str], str] = encode_basestring_ascii) -> str | None:

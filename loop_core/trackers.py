@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 from .dedup import SCHEMA, IssueDraft, Occurrence, body_tuple_matches
 from .errors import TrackerError
-from .jsontext import dumps_indented
+from .jsontext import dumps_indented, item_texts, splice_list
 
 __all__ = [
     "FileAction",
@@ -140,7 +140,13 @@ def atomic_write_json_many(files: Sequence[tuple[Path, Any]], *, sync_directory:
     failure removes the temp files not yet renamed and raises.
     """
     # Encoded first: a payload that cannot be written fails before any file is touched.
-    encoded = [(path, dumps_indented(payload, sort_keys=True).encode("utf-8")) for path, payload in files]
+    write_texts_many([(path, dumps_indented(payload, sort_keys=True)) for path, payload in files],
+                     sync_directory=sync_directory)
+
+
+def write_texts_many(files: Sequence[tuple[Path, str]], *, sync_directory: bool = True) -> None:
+    """:func:`atomic_write_json_many` for texts already written (UTF-8)."""
+    encoded = [(path, text.encode("utf-8")) for path, text in files]
     directories = dict.fromkeys(path.parent for path, _data in encoded)
     for directory in directories:
         directory.mkdir(parents=True, exist_ok=True)
@@ -414,12 +420,39 @@ def _spooled(path: Path) -> tuple[IssueDraft, list[Occurrence]] | None:
     return draft, occurrences
 
 
+# A queue file with at least this many occurrences is kept in memory between the
+# batches of one ReviewQueue (one run), up to KEPT_FILES of them; see ReviewQueue.add_many.
+HOT_OCCURRENCES = 256
+KEPT_FILES = 16
+
+
+@dataclass(slots=True)
+class _Kept:
+    """A queue file as this queue last wrote it: its identity on disk then, the
+    document, its submissions and the text of each occurrence."""
+
+    signature: tuple[int, int, int]
+    doc: dict[str, Any]
+    seen: set[str]
+    texts: list[str]
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    """What changes when anyone writes ``path`` (a rename brings a new inode)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 class ReviewQueue:
     """``<captures>/_review-queue/<hash>.json``: unknown failures waiting for a maintainer."""
 
     def __init__(self, captures: Path) -> None:
         self.directory = Path(captures) / REVIEW_QUEUE
         clean_stale_temp_files(self.directory)
+        self._kept: dict[Path, _Kept] = {}  # in order of last write
 
     def add(self, payload: dict[str, Any], occurrence: Occurrence) -> tuple[bool, Path]:
         """Queue one occurrence; False when it was already queued."""
@@ -429,12 +462,21 @@ class ReviewQueue:
     def add_many(self, items: Sequence[tuple[dict[str, Any], Occurrence]]) -> list[tuple[bool, Path]]:
         """Queue several occurrences, each as :meth:`add` would, under one lock:
         a failure's file is read and written once however many of its
-        occurrences come, and the folder is synced once."""
+        occurrences come, and the folder is synced once.
+
+        One unknown failure that thousands of submissions hit has one file,
+        which every batch of a run rewrites. So a file with many occurrences
+        (:data:`HOT_OCCURRENCES`) is kept in memory between batches, with the
+        text of each occurrence: the next batch, if the file on disk is still
+        the one this queue wrote, neither reads it nor writes its occurrences
+        again, only the new ones. The bytes are those of writing it whole.
+        """
         out: list[tuple[bool, Path]] = []
         docs: dict[Path, dict[str, Any]] = {}
         # Each file's submissions as a set: a scan of its list per occurrence would make
         # one unknown failure that thousands of users hit cost quadratic time.
         seen: dict[Path, set[str]] = {}
+        texts: dict[Path, list[str]] = {}  # the written occurrences of a kept file
         changed: dict[Path, None] = {}  # in first-change order
         with locked(self.directory):
             present = _file_names(self.directory)  # one listing, not a failed open per new failure
@@ -443,8 +485,13 @@ class ReviewQueue:
                 path = self.directory / name
                 current = docs.get(path)
                 if current is None:
-                    current = docs[path] = (_read_json(path) if name in present else None) or dict(payload)
-                    seen[path] = submissions_of(occurrence_list(current, path))
+                    kept = self._kept.pop(path, None)  # back in only once written again
+                    if kept is not None and name in present and _signature(path) == kept.signature:
+                        current, seen[path], texts[path] = kept.doc, kept.seen, kept.texts
+                    else:
+                        current = (_read_json(path) if name in present else None) or dict(payload)
+                        seen[path] = submissions_of(occurrence_list(current, path))
+                    docs[path] = current
                 if occurrence.submission in seen[path]:
                     out.append((False, path))
                     continue
@@ -452,8 +499,35 @@ class ReviewQueue:
                 seen[path].add(occurrence.submission)
                 changed[path] = None
                 out.append((True, path))
-            atomic_write_json_many([(path, docs[path]) for path in changed])
+            written = [(path, self._text(path, docs[path], texts)) for path in changed]
+            write_texts_many(written)
+            for path in changed:
+                self._keep(path, docs[path], seen[path], texts.get(path))
         return out
+
+    @staticmethod
+    def _text(path: Path, doc: dict[str, Any], texts: dict[Path, list[str]]) -> str:
+        """The file's text: a long occurrence list from the texts of its items, those
+        written before kept (``texts[path]``, extended here); else written whole."""
+        occurrences = doc["occurrences"]
+        if len(occurrences) >= HOT_OCCURRENCES:
+            done = texts.get(path, [])
+            new = item_texts(occurrences[len(done):], level=2, sort_keys=True)
+            if new is not None:
+                texts[path] = done + new
+                text = splice_list(doc, "occurrences", texts[path], sort_keys=True)
+                if text is not None:
+                    return text
+            texts.pop(path, None)
+        return dumps_indented(doc, sort_keys=True)
+
+    def _keep(self, path: Path, doc: dict[str, Any], seen: set[str], texts: list[str] | None) -> None:
+        signature = _signature(path)
+        if texts is None or signature is None:
+            return
+        self._kept[path] = _Kept(signature, doc, seen, texts)
+        while len(self._kept) > KEPT_FILES:
+            del self._kept[next(iter(self._kept))]
 
     def items(self) -> list[dict[str, Any]]:
         out = []

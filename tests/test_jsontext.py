@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loop_core.jsontext import dumps_indented
+from loop_core.jsontext import dumps_indented, item_texts, splice_list
 
 SCALARS = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True)
            | st.text(alphabet=st.characters(blacklist_categories=()), max_size=12))
@@ -65,3 +65,27 @@ def test_errors_are_json_dumps_errors() -> None:
         dumps_indented(cycle)
     with pytest.raises(TypeError, match="not JSON serializable"):
         dumps_indented({"when": object()})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), VALUES, max_size=4), st.lists(VALUES, min_size=1, max_size=6),
+       st.booleans())
+def test_a_list_spliced_from_its_items_texts_is_the_whole_text(doc: dict[str, Any], items: list[Any],
+                                                               ensure_ascii: bool) -> None:
+    whole = {**doc, "occurrences": items}
+    texts = item_texts(items, level=2, sort_keys=True, ensure_ascii=ensure_ascii)
+    if texts is None:  # not plain data: json.dumps has the last word, nothing is spliced
+        return
+    spliced = splice_list(whole, "occurrences", texts, sort_keys=True, ensure_ascii=ensure_ascii)
+    assert spliced is not None
+    assert spliced == json.dumps(whole, indent=2, sort_keys=True, ensure_ascii=ensure_ascii)
+
+
+def test_no_splice_when_the_mark_could_be_mistaken_or_there_is_nothing_to_splice() -> None:
+    from loop_core.jsontext import _SPLICE_MARK
+
+    texts = item_texts([1, 2], level=2)
+    assert texts == ["1", "2"]
+    assert splice_list({"note": _SPLICE_MARK, "occurrences": [1, 2]}, "occurrences", texts) is None
+    assert splice_list({"occurrences": []}, "occurrences", []) is None
+    assert item_texts([{1: "a non-string key"}], level=2) is None

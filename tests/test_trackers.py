@@ -402,3 +402,58 @@ def test_a_file_where_a_queue_folder_belongs_stops_the_run_before_it_files(tmp_p
             assert db.issues() == []  # stopped at the start: nothing filed
         finally:
             db.close()
+
+
+def test_a_hot_queue_file_kept_between_batches_is_written_as_a_whole_write_would(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import trackers
+    from loop_core.dedup import Occurrence
+    from loop_core.jsontext import dumps_indented
+    from loop_core.trackers import ReviewQueue
+
+    monkeypatch.setattr(trackers, "HOT_OCCURRENCES", 4)
+    a = {"dedup_hash": "a" * 64, "reason": "no rule matched", "model_slug": "acme/ü-7B"}
+    path = tmp_path / "_review-queue" / f"{'a' * 64}.json"
+
+    def occ(i: int) -> Occurrence:
+        return Occurrence(f"s{i:03d}", "20261130T000000Z", None, f"captures/b{i}")
+
+    def expected(numbers: list[int]) -> str:
+        return dumps_indented({**a, "occurrences": [occ(i).to_dict() for i in numbers]}, sort_keys=True)
+
+    mine, theirs = ReviewQueue(tmp_path), ReviewQueue(tmp_path)
+    mine.add_many([(a, occ(i)) for i in range(6)])
+    assert path in mine._kept and path.read_text(encoding="utf-8") == expected(list(range(6)))
+    assert [added for added, _ in mine.add_many([(a, occ(i)) for i in (5, 6, 7)])] == [False, True, True]
+    assert path.read_text(encoding="utf-8") == expected(list(range(8)))
+    # Another run writes the file between two of this queue's batches: it is read again.
+    theirs.add_many([(a, occ(100))])
+    assert [added for added, _ in mine.add_many([(a, occ(100)), (a, occ(8))])] == [False, True]
+    assert path.read_text(encoding="utf-8") == expected([*range(8), 100, 8])
+    # A write that fails keeps nothing stale: the next batch reads the file.
+    def broken(files: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(trackers, "write_texts_many", broken)
+    with pytest.raises(OSError):
+        mine.add_many([(a, occ(9))])
+    assert path not in mine._kept
+    monkeypatch.undo()
+    monkeypatch.setattr(trackers, "HOT_OCCURRENCES", 4)
+    mine.add_many([(a, occ(9))])
+    assert path.read_text(encoding="utf-8") == expected([*range(8), 100, 8, 9])
+
+
+def test_only_a_few_hot_queue_files_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import trackers
+    from loop_core.dedup import Occurrence
+    from loop_core.trackers import ReviewQueue
+
+    monkeypatch.setattr(trackers, "HOT_OCCURRENCES", 2)
+    monkeypatch.setattr(trackers, "KEPT_FILES", 3)
+    queue = ReviewQueue(tmp_path)
+    for k in range(5):
+        payload = {"dedup_hash": f"{k:064x}", "reason": "no rule matched"}
+        queue.add_many([(payload, Occurrence(f"s{i}", None, None, "b")) for i in range(3)])
+    assert [p.stem for p in queue._kept] == [f"{k:064x}" for k in (2, 3, 4)]
+    assert len(queue.items()) == 5
