@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import fcntl
+import functools
 import json
 import os
 import sqlite3
@@ -294,6 +295,116 @@ def submissions_of(occurrences: list[Any]) -> set[str]:
     return {o["submission"] for o in occurrences if isinstance(o, dict) and isinstance(o.get("submission"), str)}
 
 
+# A queue file with at least this many occurrences is kept in memory between the
+# batches of one ReviewQueue (one run), up to KEPT_FILES of them; see ReviewQueue.add_many.
+HOT_OCCURRENCES = 256
+KEPT_FILES = 16
+
+
+@dataclass(slots=True)
+class _Kept:
+    """A queue file as this queue last wrote it: its identity on disk then, the
+    document, its submissions and the text of each occurrence."""
+
+    signature: tuple[int, int, int]
+    doc: dict[str, Any]
+    seen: set[str]
+    texts: list[str]
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    """What changes when anyone writes ``path`` (a rename brings a new inode)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class _OccurrenceFiles:
+    """A folder of files that each hold one failure's document and the list of its
+    occurrences (the spool, the review queue), appended to in batches under the
+    folder's lock: each file read and written once per batch, a submission already
+    in it not added again, the batch's files synced together.
+
+    One failure that thousands of submissions hit has one file, which every batch
+    of a run rewrites. So a file with many occurrences (:data:`HOT_OCCURRENCES`)
+    is kept in memory between batches, with the text of each occurrence: the
+    next batch, if the file on disk is still the one written here, neither reads
+    it nor writes its occurrences again, only the new ones. The bytes are those
+    of writing it whole.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        clean_stale_temp_files(directory)
+        self._kept: dict[Path, _Kept] = {}  # in order of last write
+
+    def append(self, items: Sequence[tuple[str, Callable[[], dict[str, Any]], Occurrence]]) -> list[tuple[bool, Path]]:
+        """For each ``(file name, fresh document, occurrence)``: whether the occurrence
+        was added (False: already there), and the file; ``fresh`` makes the document
+        of a file that does not exist yet.
+
+        :raises TrackerError: a file that cannot be read, or whose ``occurrences`` is
+            not a list; nothing is written then.
+        """
+        out: list[tuple[bool, Path]] = []
+        docs: dict[Path, dict[str, Any]] = {}
+        # Each file's submissions as a set: a scan of its list per occurrence would make
+        # one failure that thousands of users hit cost quadratic time.
+        seen: dict[Path, set[str]] = {}
+        texts: dict[Path, list[str]] = {}  # the written occurrences of a kept file
+        changed: dict[Path, None] = {}  # in first-change order
+        with locked(self.directory):
+            present = _file_names(self.directory)  # one listing, not a failed open per new failure
+            for name, fresh, occurrence in items:
+                path = self.directory / name
+                current = docs.get(path)
+                if current is None:
+                    kept = self._kept.pop(path, None)  # back in only once written again
+                    if kept is not None and name in present and _signature(path) == kept.signature:
+                        current, seen[path], texts[path] = kept.doc, kept.seen, kept.texts
+                    else:
+                        current = (_read_json(path) if name in present else None) or fresh()
+                        seen[path] = submissions_of(occurrence_list(current, path))
+                    docs[path] = current
+                if occurrence.submission in seen[path]:
+                    out.append((False, path))
+                    continue
+                current["occurrences"].append(occurrence.to_dict())
+                seen[path].add(occurrence.submission)
+                changed[path] = None
+                out.append((True, path))
+            write_texts_many([(path, self._text(path, docs[path], texts)) for path in changed])
+            for path in changed:
+                self._keep(path, docs[path], seen[path], texts.get(path))
+        return out
+
+    @staticmethod
+    def _text(path: Path, doc: dict[str, Any], texts: dict[Path, list[str]]) -> str:
+        """The file's text: a long occurrence list from the texts of its items, those
+        written before kept (``texts[path]``, extended here); else written whole."""
+        occurrences = doc["occurrences"]
+        if len(occurrences) >= HOT_OCCURRENCES:
+            done = texts.get(path, [])
+            new = item_texts(occurrences[len(done):], level=2, sort_keys=True)
+            if new is not None:
+                texts[path] = done + new
+                text = splice_list(doc, "occurrences", texts[path], sort_keys=True)
+                if text is not None:
+                    return text
+            texts.pop(path, None)
+        return dumps_indented(doc, sort_keys=True)
+
+    def _keep(self, path: Path, doc: dict[str, Any], seen: set[str], texts: list[str] | None) -> None:
+        signature = _signature(path)
+        if texts is None or signature is None:
+            return
+        self._kept[path] = _Kept(signature, doc, seen, texts)
+        while len(self._kept) > KEPT_FILES:
+            del self._kept[next(iter(self._kept))]
+
+
 # -- spool ----------------------------------------------------------------
 
 
@@ -310,7 +421,7 @@ class SpoolTracker:
 
     def __init__(self, captures: Path) -> None:
         self.directory = Path(captures) / DEDUP_QUEUE
-        clean_stale_temp_files(self.directory)
+        self._files = _OccurrenceFiles(self.directory)
 
     def file(self, draft: IssueDraft, occurrence: Occurrence, reason: str = "spooled") -> FileResult:
         (result,) = self.file_many([(draft, occurrence)], reason=reason)
@@ -322,27 +433,11 @@ class SpoolTracker:
         failure's file is read and written once however many of its occurrences
         come (a run hands them over in batches), and the files are synced together.
         A file that cannot be read fails the call before anything is written."""
-        out: list[FileResult] = []
-        docs: dict[Path, dict[str, Any]] = {}
-        seen: dict[Path, set[str]] = {}  # a set, not a scan of the list per occurrence
-        changed: dict[Path, None] = {}
-        with locked(self.directory):
-            for draft, occurrence in items:
-                path = self.directory / f"{draft.dedup_hash}.json"
-                payload = docs.get(path)
-                if payload is None:
-                    payload = docs[path] = _read_json(path) or draft.spool_payload()
-                    seen[path] = submissions_of(occurrence_list(payload, path))
-                if occurrence.submission in seen[path]:
-                    out.append(FileResult(FileAction.ALREADY_COUNTED, draft.dedup_hash, None,
-                                          "occurrence already spooled", path))
-                    continue
-                payload["occurrences"].append(occurrence.to_dict())
-                seen[path].add(occurrence.submission)
-                changed[path] = None
-                out.append(FileResult(FileAction.SPOOLED, draft.dedup_hash, None, reason, path))
-            atomic_write_json_many([(path, docs[path]) for path in changed])
-        return out
+        added = self._files.append([(f"{draft.dedup_hash}.json", draft.spool_payload, occurrence)
+                                    for draft, occurrence in items])
+        return [FileResult(FileAction.SPOOLED, draft.dedup_hash, None, reason, path) if new else
+                FileResult(FileAction.ALREADY_COUNTED, draft.dedup_hash, None, "occurrence already spooled", path)
+                for (draft, _occurrence), (new, path) in zip(items, added)]
 
     def pending(self) -> list[Path]:
         return sorted(self.directory.glob("*.json")) if self.directory.is_dir() else []
@@ -420,39 +515,12 @@ def _spooled(path: Path) -> tuple[IssueDraft, list[Occurrence]] | None:
     return draft, occurrences
 
 
-# A queue file with at least this many occurrences is kept in memory between the
-# batches of one ReviewQueue (one run), up to KEPT_FILES of them; see ReviewQueue.add_many.
-HOT_OCCURRENCES = 256
-KEPT_FILES = 16
-
-
-@dataclass(slots=True)
-class _Kept:
-    """A queue file as this queue last wrote it: its identity on disk then, the
-    document, its submissions and the text of each occurrence."""
-
-    signature: tuple[int, int, int]
-    doc: dict[str, Any]
-    seen: set[str]
-    texts: list[str]
-
-
-def _signature(path: Path) -> tuple[int, int, int] | None:
-    """What changes when anyone writes ``path`` (a rename brings a new inode)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
 class ReviewQueue:
     """``<captures>/_review-queue/<hash>.json``: unknown failures waiting for a maintainer."""
 
     def __init__(self, captures: Path) -> None:
         self.directory = Path(captures) / REVIEW_QUEUE
-        clean_stale_temp_files(self.directory)
-        self._kept: dict[Path, _Kept] = {}  # in order of last write
+        self._files = _OccurrenceFiles(self.directory)
 
     def add(self, payload: dict[str, Any], occurrence: Occurrence) -> tuple[bool, Path]:
         """Queue one occurrence; False when it was already queued."""
@@ -462,72 +530,9 @@ class ReviewQueue:
     def add_many(self, items: Sequence[tuple[dict[str, Any], Occurrence]]) -> list[tuple[bool, Path]]:
         """Queue several occurrences, each as :meth:`add` would, under one lock:
         a failure's file is read and written once however many of its
-        occurrences come, and the folder is synced once.
-
-        One unknown failure that thousands of submissions hit has one file,
-        which every batch of a run rewrites. So a file with many occurrences
-        (:data:`HOT_OCCURRENCES`) is kept in memory between batches, with the
-        text of each occurrence: the next batch, if the file on disk is still
-        the one this queue wrote, neither reads it nor writes its occurrences
-        again, only the new ones. The bytes are those of writing it whole.
-        """
-        out: list[tuple[bool, Path]] = []
-        docs: dict[Path, dict[str, Any]] = {}
-        # Each file's submissions as a set: a scan of its list per occurrence would make
-        # one unknown failure that thousands of users hit cost quadratic time.
-        seen: dict[Path, set[str]] = {}
-        texts: dict[Path, list[str]] = {}  # the written occurrences of a kept file
-        changed: dict[Path, None] = {}  # in first-change order
-        with locked(self.directory):
-            present = _file_names(self.directory)  # one listing, not a failed open per new failure
-            for payload, occurrence in items:
-                name = f"{payload['dedup_hash']}.json"
-                path = self.directory / name
-                current = docs.get(path)
-                if current is None:
-                    kept = self._kept.pop(path, None)  # back in only once written again
-                    if kept is not None and name in present and _signature(path) == kept.signature:
-                        current, seen[path], texts[path] = kept.doc, kept.seen, kept.texts
-                    else:
-                        current = (_read_json(path) if name in present else None) or dict(payload)
-                        seen[path] = submissions_of(occurrence_list(current, path))
-                    docs[path] = current
-                if occurrence.submission in seen[path]:
-                    out.append((False, path))
-                    continue
-                current["occurrences"].append(occurrence.to_dict())
-                seen[path].add(occurrence.submission)
-                changed[path] = None
-                out.append((True, path))
-            written = [(path, self._text(path, docs[path], texts)) for path in changed]
-            write_texts_many(written)
-            for path in changed:
-                self._keep(path, docs[path], seen[path], texts.get(path))
-        return out
-
-    @staticmethod
-    def _text(path: Path, doc: dict[str, Any], texts: dict[Path, list[str]]) -> str:
-        """The file's text: a long occurrence list from the texts of its items, those
-        written before kept (``texts[path]``, extended here); else written whole."""
-        occurrences = doc["occurrences"]
-        if len(occurrences) >= HOT_OCCURRENCES:
-            done = texts.get(path, [])
-            new = item_texts(occurrences[len(done):], level=2, sort_keys=True)
-            if new is not None:
-                texts[path] = done + new
-                text = splice_list(doc, "occurrences", texts[path], sort_keys=True)
-                if text is not None:
-                    return text
-            texts.pop(path, None)
-        return dumps_indented(doc, sort_keys=True)
-
-    def _keep(self, path: Path, doc: dict[str, Any], seen: set[str], texts: list[str] | None) -> None:
-        signature = _signature(path)
-        if texts is None or signature is None:
-            return
-        self._kept[path] = _Kept(signature, doc, seen, texts)
-        while len(self._kept) > KEPT_FILES:
-            del self._kept[next(iter(self._kept))]
+        occurrences come, and the folder is synced once (see :class:`_OccurrenceFiles`)."""
+        return self._files.append([(f"{payload['dedup_hash']}.json", functools.partial(dict, payload), occurrence)
+                                   for payload, occurrence in items])
 
     def items(self) -> list[dict[str, Any]]:
         out = []

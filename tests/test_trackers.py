@@ -423,7 +423,7 @@ def test_a_hot_queue_file_kept_between_batches_is_written_as_a_whole_write_would
 
     mine, theirs = ReviewQueue(tmp_path), ReviewQueue(tmp_path)
     mine.add_many([(a, occ(i)) for i in range(6)])
-    assert path in mine._kept and path.read_text(encoding="utf-8") == expected(list(range(6)))
+    assert path in mine._files._kept and path.read_text(encoding="utf-8") == expected(list(range(6)))
     assert [added for added, _ in mine.add_many([(a, occ(i)) for i in (5, 6, 7)])] == [False, True, True]
     assert path.read_text(encoding="utf-8") == expected(list(range(8)))
     # Another run writes the file between two of this queue's batches: it is read again.
@@ -437,7 +437,7 @@ def test_a_hot_queue_file_kept_between_batches_is_written_as_a_whole_write_would
     monkeypatch.setattr(trackers, "write_texts_many", broken)
     with pytest.raises(OSError):
         mine.add_many([(a, occ(9))])
-    assert path not in mine._kept
+    assert path not in mine._files._kept
     monkeypatch.undo()
     monkeypatch.setattr(trackers, "HOT_OCCURRENCES", 4)
     mine.add_many([(a, occ(9))])
@@ -455,5 +455,21 @@ def test_only_a_few_hot_queue_files_are_kept(tmp_path: Path, monkeypatch: pytest
     for k in range(5):
         payload = {"dedup_hash": f"{k:064x}", "reason": "no rule matched"}
         queue.add_many([(payload, Occurrence(f"s{i}", None, None, "b")) for i in range(3)])
-    assert [p.stem for p in queue._kept] == [f"{k:064x}" for k in (2, 3, 4)]
+    assert [p.stem for p in queue._files._kept] == [f"{k:064x}" for k in (2, 3, 4)]
     assert len(queue.items()) == 5
+
+
+def test_a_hot_spool_file_is_kept_between_batches_and_written_as_one_by_one_would(
+        tmp_path: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import trackers
+
+    pairs = [drafted(engine, utc_ts=f"202608{day:02d}T000000Z") for day in range(1, 8)]
+    one = SpoolTracker(tmp_path / "one")
+    for pair in pairs:
+        one.file(*pair)
+    monkeypatch.setattr(trackers, "HOT_OCCURRENCES", 2)
+    many = SpoolTracker(tmp_path / "many")
+    for batch in (pairs[:3], pairs[2:5], pairs[5:]):
+        many.file_many(batch)
+    assert len(many._files._kept) == 1
+    assert [p.read_bytes() for p in many.pending()] == [p.read_bytes() for p in one.pending()]
