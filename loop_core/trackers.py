@@ -299,6 +299,9 @@ def submissions_of(occurrences: list[Any]) -> set[str]:
 # batches of one ReviewQueue (one run), up to KEPT_FILES of them; see ReviewQueue.add_many.
 HOT_OCCURRENCES = 256
 KEPT_FILES = 16
+# A folder listed with more files than this is not listed again: each file of a batch is
+# then simply opened (a failed open is a few microseconds; a listing of 20,000 files 20 ms).
+LISTING_LIMIT = 4096
 
 
 @dataclass(slots=True)
@@ -339,6 +342,7 @@ class _OccurrenceFiles:
         self.directory = directory
         clean_stale_temp_files(directory)
         self._kept: dict[Path, _Kept] = {}  # in order of last write
+        self._listing = True  # list the folder once per batch (see LISTING_LIMIT)
 
     def append(self, items: Sequence[tuple[str, Callable[[], dict[str, Any]], Occurrence]]) -> list[tuple[bool, Path]]:
         """For each ``(file name, fresh document, occurrence)``: whether the occurrence
@@ -356,16 +360,20 @@ class _OccurrenceFiles:
         texts: dict[Path, list[str]] = {}  # the written occurrences of a kept file
         changed: dict[Path, None] = {}  # in first-change order
         with locked(self.directory):
-            present = _file_names(self.directory)  # one listing, not a failed open per new failure
+            # One listing, not a failed open per new failure; in a big folder, the opens.
+            present = _file_names(self.directory) if self._listing else None
+            if present is not None and len(present) > LISTING_LIMIT:
+                self._listing = False
             for name, fresh, occurrence in items:
                 path = self.directory / name
                 current = docs.get(path)
                 if current is None:
+                    exists = present is None or name in present  # unknown: open it and see
                     kept = self._kept.pop(path, None)  # back in only once written again
-                    if kept is not None and name in present and _signature(path) == kept.signature:
+                    if kept is not None and exists and _signature(path) == kept.signature:
                         current, seen[path], texts[path] = kept.doc, kept.seen, kept.texts
                     else:
-                        current = (_read_json(path) if name in present else None) or fresh()
+                        current = (_read_json(path) if exists else None) or fresh()
                         seen[path] = submissions_of(occurrence_list(current, path))
                     docs[path] = current
                 if occurrence.submission in seen[path]:

@@ -473,3 +473,28 @@ def test_a_hot_spool_file_is_kept_between_batches_and_written_as_one_by_one_woul
         many.file_many(batch)
     assert len(many._files._kept) == 1
     assert [p.read_bytes() for p in many.pending()] == [p.read_bytes() for p in one.pending()]
+
+
+def test_a_big_queue_folder_is_not_listed_at_every_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import trackers
+    from loop_core.dedup import Occurrence
+    from loop_core.trackers import ReviewQueue
+
+    monkeypatch.setattr(trackers, "LISTING_LIMIT", 3)
+    listings = []
+    real = trackers._file_names
+    monkeypatch.setattr(trackers, "_file_names", lambda d: listings.append(d) or real(d))
+    queue = ReviewQueue(tmp_path)
+
+    def payload(k: int) -> dict[str, str]:
+        return {"dedup_hash": f"{k:064x}", "reason": "no rule matched"}
+
+    for k in range(5):  # the folder grows past the limit
+        queue.add_many([(payload(k), Occurrence("s1", None, None, "b"))])
+    assert len(listings) == 4  # until a listing passed the limit (the folder's lock file counts)
+    results = queue.add_many([(payload(0), Occurrence("s1", None, None, "b")),  # there already: read, unlisted
+                              (payload(0), Occurrence("s2", None, None, "b")),
+                              (payload(9), Occurrence("s1", None, None, "b"))])
+    assert [added for added, _ in results] == [False, True, True] and len(listings) == 4
+    by_hash = {item["dedup_hash"]: [o["submission"] for o in item["occurrences"]] for item in queue.items()}
+    assert by_hash[f"{0:064x}"] == ["s1", "s2"] and by_hash[f"{9:064x}"] == ["s1"] and len(by_hash) == 6
