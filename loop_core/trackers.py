@@ -296,7 +296,7 @@ def submissions_of(occurrences: list[Any]) -> set[str]:
 
 
 # A queue file with at least this many occurrences is kept in memory between the
-# batches of one ReviewQueue (one run), up to KEPT_FILES of them; see ReviewQueue.add_many.
+# batches of one queue (one run), up to KEPT_FILES of them; see _OccurrenceFiles.
 HOT_OCCURRENCES = 256
 KEPT_FILES = 16
 # A folder listed with more files than this is not listed again: each file of a batch is
@@ -306,7 +306,7 @@ LISTING_LIMIT = 4096
 
 @dataclass(slots=True)
 class _Kept:
-    """A queue file as this queue last wrote it: its identity on disk then, the
+    """A spool or review file as it was last written here: its identity on disk then, the
     document, its submissions and the text of each occurrence."""
 
     signature: tuple[int, int, int]
