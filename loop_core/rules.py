@@ -162,7 +162,10 @@ class RulePack:
         found = scanner()
         if found is None or self.root is None:
             return
-        if self.regexes.learn_literals(found.learnt() & self._literals()):
+        learnt = found.learnt()
+        if learnt <= self.regexes.literals:
+            return  # the usual end once a pack has run: nothing new, and no walk of the pack
+        if self.regexes.learn_literals(learnt & self._literals()):
             packcache.save(self.regexes, self.content)
 
     def _literals(self) -> frozenset[str]:
