@@ -243,11 +243,15 @@ def _published(value: Any) -> Any:
     return value
 
 
-def _json_block_text(payload: dict[str, Any]) -> str:
+def _json_block_text(payload: dict[str, Any], *, publish: bool = False) -> str:
+    """The tuple block's JSON text of ``payload``; with ``publish``, of
+    ``_published(payload)``, written without building that copy."""
     # §5.4: indent=2, sort_keys, ASCII-escaped. Backticks and angle brackets are
     # escaped too (\\u0060, \\u003c ...): JSON decodes them back to the same values,
     # and no value can close the fence or open HTML.
-    text = _canonical_text(payload) or dumps_indented(payload, sort_keys=True)
+    text = _canonical_text(payload, publish)
+    if text is None:
+        text = dumps_indented(_published(payload) if publish else payload, sort_keys=True)
     return text.replace("`", "\\u0060").replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
@@ -255,22 +259,35 @@ def _json_block_text(payload: dict[str, Any]) -> str:
 _SORTED_FIELDS = tuple(sorted((name, pos, scalar_text(name)) for pos, name in enumerate(TUPLE_FIELDS)))
 
 
-def _canonical_text(payload: dict[str, Any]) -> str | None:
-    """``dumps_indented(payload, sort_keys=True)`` for a published canonical payload
-    whose values are scalars (a draft's, nearly always), written directly. None
-    for any other payload."""
+def _canonical_text(payload: dict[str, Any], publish: bool = False) -> str | None:
+    """``dumps_indented(payload, sort_keys=True)`` for a canonical payload whose
+    values are scalars (a draft's, nearly always), written directly; with
+    ``publish``, each string scrubbed as :func:`_published` scrubs it. None for
+    any other payload."""
     tuple_values, ordered = payload.get("tuple"), payload.get("tuple_ordered")
     if (payload.keys() != _CANONICAL_KEYS or type(tuple_values) is not dict or type(ordered) is not list
             or len(ordered) != len(TUPLE_FIELDS) or tuple_values.keys() != _TUPLE_FIELD_SET):
         return None
-    values = [scalar_text(v) for v in ordered]
-    head = [scalar_text(payload[name]) for name in ("dedup_hash", "model_slug", "schema")]
-    if None in values or None in head or values != [scalar_text(tuple_values[f]) for f in TUPLE_FIELDS]:
-        return None  # "tuple" written apart from "tuple_ordered" would differ: the general writer
+    # "tuple" written apart from "tuple_ordered" would differ: the general writer. Scrubbing
+    # is a function of the string, so the same value (canonical_payload's are the very
+    # objects) or the same text stays the same once published.
+    for name, value in zip(TUPLE_FIELDS, ordered):
+        other = tuple_values[name]
+        if other is not value and (scalar_text(other) != scalar_text(value) or scalar_text(value) is None):
+            return None
+    shown = _published if publish else _as_is
+    values = [scalar_text(shown(v)) for v in ordered]
+    head = [scalar_text(shown(payload[name])) for name in ("dedup_hash", "model_slug", "schema")]
+    if None in values or None in head:
+        return None
     fields = ",\n    ".join(f"{name}: {values[pos]}" for _field, pos, name in _SORTED_FIELDS)
     ordered_text = ",\n    ".join(values)  # type: ignore[arg-type]  # no None: checked above
     return (f'{{\n  "dedup_hash": {head[0]},\n  "model_slug": {head[1]},\n  "schema": {head[2]},\n'
             f'  "tuple": {{\n    {fields}\n  }},\n  "tuple_ordered": [\n    {ordered_text}\n  ]\n}}')
+
+
+def _as_is(value: Any) -> Any:
+    return value
 
 
 _CANONICAL_KEYS = frozenset({"dedup_hash", "model_slug", "schema", "tuple", "tuple_ordered"})
@@ -416,7 +433,7 @@ def draft_issue(bundle: Bundle, verdict: Classification, *, evidence: str | None
         "",
         TUPLE_MARKER,
         "```json",
-        _json_block_text(_published(canonical)),
+        _json_block_text(canonical, publish=True),
         "```",
         "",
         f"**Model:** {_escape_html(model).replace('`', chr(0x2018))}",

@@ -455,7 +455,10 @@ def test_arbitrary_text_keeps_every_invariant(engine: Engine, case: tuple[str, s
 
 _TUPLE_VALUES = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True),
                           st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=12),
-                          st.lists(st.text(max_size=3), max_size=2))
+                          st.lists(st.text(max_size=3), max_size=2),
+                          # strings a draft scrubs before it shows them
+                          st.sampled_from(["/home/alice/models/qwen", "hf_" + "a1" * 16, "ops@example.com",
+                                           "hf_token=abc123", "C:\\Users\\bob\\llama"]))
 
 
 @settings(max_examples=300, deadline=None)
@@ -464,7 +467,7 @@ def test_the_tuple_block_is_the_indented_json_of_the_canonical_payload(
         values: list[Any], model: Any, reshape: bool) -> None:
     # A draft's block is written by a shortcut for plain scalars; it must be the very
     # text the general writer gives (and a payload it does not know goes to that writer).
-    from loop_core.dedup import TUPLE_FIELDS, _canonical_text, _json_block_text
+    from loop_core.dedup import TUPLE_FIELDS, _canonical_text, _json_block_text, _published
     from loop_core.jsontext import dumps_indented
 
     payload: dict[str, Any] = {"dedup_hash": "0123456789ab", "model_slug": model, "schema": SCHEMA,
@@ -479,3 +482,8 @@ def test_the_tuple_block_is_the_indented_json_of_the_canonical_payload(
         assert shortcut is not None  # the common case does take the shortcut
     escaped = general.replace("`", "\\u0060").replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     assert _json_block_text(payload) == escaped
+    # A draft publishes its payload (strings scrubbed) as it writes it: the same text
+    # as writing the scrubbed copy.
+    published = _published(payload)
+    assert _json_block_text(payload, publish=True) == _json_block_text(published)
+    assert _canonical_text(payload, publish=True) in (None, _canonical_text(published))
