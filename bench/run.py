@@ -631,7 +631,8 @@ def _recent_deletion() -> str:
 
 
 @scenario("run", "`loop-rules run CORPUS --format json` end to end in a subprocess: SQLite "
-                 "tracker, review queue, trust, a fresh tracker each repeat; and --dry-run (runs "
+                 "tracker, review queue, trust, a fresh tracker each repeat; the same run again into "
+                 "the state it left (a replay: every capture already counted); and --dry-run (runs "
                  "alternating); over the corpus and over the smaller `rss` size, where start-up weighs less")
 def run_cli(ctx: Context) -> list[Row]:
     rows = []
@@ -643,29 +644,38 @@ def run_cli(ctx: Context) -> list[Row]:
 def _run_cli(ctx: Context, corpus: Corpus, suffix: str) -> list[Row]:
     rel = os.path.relpath(corpus.root, REPO)
     sink = OUT / "cli-run.json"
-    cases = (("run (sqlite)", ()), ("run --dry-run", ("--dry-run",)))
-    timings = {label: Timing([], []) for label, _ in cases}
+    # (label, extra arguments, starts from no state): the replay runs right after the
+    # fresh run, into the tracker and queues it left, as a rerun after a rule change does.
+    cases = (("run (sqlite)", (), True), ("run (sqlite), replay", (), False), ("run --dry-run", ("--dry-run",), True))
+    timings = {label: Timing([], []) for label, _, _ in cases}
     summaries: dict[str, dict[str, Any]] = {}
     warning = _recent_deletion()
     ctx.warm(corpus)
     try:
         for _ in range(ctx.repeats):  # alternate, so a slow spell of the machine hits both
-            for label, extra in cases:
+            for label, extra, fresh in cases:
                 t = ctx.timed_process(ctx.cli("run", rel, "--format", "json", *extra), runs=1,
                                       stdout=lambda: open(sink, "wb"),
-                                      setup=lambda: _set_aside_state(corpus.root))
+                                      setup=(lambda: _set_aside_state(corpus.root)) if fresh else None)
                 timings[label].wall += t.wall
                 timings[label].cpu += t.cpu
                 summaries[label] = json.loads(sink.read_text(encoding="utf-8"))
     finally:
         _set_aside_state(corpus.root)
     rows = []
-    for label, extra in cases:
+    for label, extra, fresh in cases:
         data, t = summaries[label], timings[label]
         if data["bundles"] != corpus.n:
             raise RuntimeError(f"loop-rules run saw {data['bundles']} bundles of {corpus.n}")
-        what = (f"filed {data['filed_new']} new + {data['plus_one']} +1, {data['review_queued']} queued "
-                f"for review" if not extra else f"{data['would_file']} would be filed")
+        if extra:
+            what = f"{data['would_file']} would be filed"
+        elif fresh:
+            what = (f"filed {data['filed_new']} new + {data['plus_one']} +1, {data['review_queued']} queued "
+                    f"for review")
+        else:
+            if data["filed_new"] or data["plus_one"] or data["review_queued"]:
+                raise RuntimeError(f"a replay filed or queued something: {data}")
+            what = f"{data['already_counted']} already counted, nothing new; the tracker of the run before"
         rows.append(Row(label + suffix, corpus.n, t.seconds,
                         f"{what}; default pack; {t.describe()}; CPU {corpus.n / t.cpu_seconds:,.0f} bundles/s"
                         f"{warning}",

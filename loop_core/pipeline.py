@@ -5,7 +5,9 @@ For each bundle: read it (errors are counted, never fatal), classify it, then
 - a **failure** (gate-only, download or boot failed, or a red capability):
   ``benign-cold-start`` is suppressed, ``unknown`` goes to the review queue,
   every other class is rendered as a deduplicated issue and filed into the
-  tracker (new issue, verified +1, or already counted);
+  tracker (new issue, verified +1, or already counted; a tracker that can
+  say it counted the capture before, as SQLite's does, is asked first, so a
+  replay of a corpus renders only what is new);
 - a **success anchor** (schema 1 with at least one green capability) runs
   through the trust pipeline, with every other anchor of the run as a prior.
 
@@ -83,15 +85,20 @@ class Processed:
     occurrence: Occurrence | None = None
     review: dict[str, Any] | None = None
     anchor: Bundle | None = None
+    counted: bool = False  # a fileable failure the tracker had already counted: not drafted
 
 
 def process_bundle(path: Path, engine: Engine, limits: ReadLimits | None = None, *,
-                   prepare: bool = True) -> Processed:
+                   prepare: bool = True, counted: Callable[[str, str], bool] | None = None) -> Processed:
     """Read and classify one bundle and prepare what the tracker needs; never raises for bad input.
 
     :param prepare: draft the issue of a fileable failure and the review-queue
         payload of an unknown, and name the occurrence; a dry run, which files
         and queues nothing, skips all three.
+    :param counted: ``counted(dedup_hash, submission)``, the tracker's word that
+        it has already counted an occurrence (:meth:`SqliteTracker.counted
+        <loop_core.trackers.SqliteTracker.counted>`): such a failure is not
+        drafted (``Processed.counted``), filing it again would change nothing.
     """
     try:
         bundle = read_bundle(path, limits=limits)
@@ -116,6 +123,10 @@ def process_bundle(path: Path, engine: Engine, limits: ReadLimits | None = None,
         review["final_error"] = sanitize(View.of(bundle).signal("final_error") or bundle.abort_reason or "")
         review["fingerprint"] = verdict.fingerprint
     elif prepare and verdict.should_file:
+        assert occurrence is not None
+        if counted is not None and counted(dedup_key(bundle, verdict.failure_class.value).digest(),
+                                           occurrence.submission):
+            return Processed(path, verdict=verdict, failure=True, occurrence=occurrence, anchor=anchor, counted=True)
         draft = engine.pm.hook.loop_draft_issue(bundle=bundle, verdict=verdict)
     return Processed(path, verdict=verdict, failure=True, draft=draft, occurrence=occurrence,
                      review=review, anchor=anchor)
@@ -186,6 +197,13 @@ def _process_for_dry_run(path: str | Path, engine: Engine) -> Processed:
     return process_bundle(Path(path), engine, prepare=False)
 
 
+def _process_asking(counted: Callable[[str, str], bool]) -> Callable[[str | Path, Engine], Processed]:
+    """:func:`_process`, asking the tracker first (in this process only: workers have no tracker)."""
+    def process(path: str | Path, engine: Engine) -> Processed:
+        return process_bundle(Path(path), engine, counted=counted)
+    return process
+
+
 class _Anchors:
     """Success anchors in arrival order: the first ``limit`` in memory, the rest pickled to a temp file."""
 
@@ -251,7 +269,10 @@ def run_captures(
     index = ConsensusIndex()
     anchors = _Anchors()
     try:
-        process = _process_for_dry_run if dry_run else _process
+        process: Callable[[str | Path, Engine], Processed] = _process_for_dry_run if dry_run else _process
+        counted = getattr(tracker, "counted", None) if not dry_run and jobs <= 1 else None
+        if counted is not None:
+            process = _process_asking(counted)
         for done, item in enumerate(engine_map(process, found, engine, jobs=jobs, rules=rules), 1):
             summary.bundles += 1
             if item.error is not None:
@@ -420,6 +441,9 @@ def _route(item: Processed, summary: RunSummary, filer: _Filer, dry_run: bool) -
             summary.suppressed += 1
         elif verdict.should_file:
             summary.would_file += 1
+        return
+    if item.counted:  # the tracker had counted this capture before: nothing to file
+        summary.already_counted += 1
         return
     if verdict.failure_class is FailureClass.BENIGN_COLD_START or (item.draft is None and item.review is None):
         summary.suppressed += 1

@@ -84,7 +84,11 @@ class Tracker(Protocol):
     A backend may also offer ``file_many(items) -> list[FileResult]`` for a
     sequence of ``(draft, occurrence)`` pairs, with the results ``file``
     would have given one by one in that order; ``loop-rules run`` then hands
-    it batches (see :meth:`SqliteTracker.file_many`).
+    it batches (see :meth:`SqliteTracker.file_many`). And ``counted(dedup_hash,
+    submission) -> bool``: True only when filing that occurrence would answer
+    already-counted (False when unsure); a single-process run asks it before
+    drafting a failure's issue, and neither drafts nor files one it counted
+    (see :meth:`SqliteTracker.counted`).
     """
 
     name: str
@@ -629,6 +633,8 @@ class SqliteTracker:
                 self._retry(lambda: self.db.execute("PRAGMA journal_mode = WAL"))
                 self.db.execute("PRAGMA synchronous = NORMAL")
                 self._retry(lambda: self.db.executescript(_SCHEMA_SQL))
+                # A tracker that held no occurrence when opened counted none before this run.
+                self._held_any = self.db.execute("SELECT EXISTS (SELECT 1 FROM occurrences)").fetchone()[0] == 1
             except BaseException:
                 self.db.close()
                 raise
@@ -673,6 +679,21 @@ class SqliteTracker:
     def file(self, draft: IssueDraft, occurrence: Occurrence) -> FileResult:
         with self.transaction() as db:
             return self._file(db, draft, occurrence)
+
+    def counted(self, dedup_hash: str, submission: str) -> bool:
+        """Whether this occurrence was already counted when the tracker was opened or
+        since. A run asks before it drafts a failure's issue: replaying a corpus into
+        the tracker renders no issue text for the captures it counted before. (True
+        is final: occurrences are never removed. Answered without a query while the
+        tracker held none when opened; those this run files, ``file`` finds anyway.)
+        """
+        if not self._held_any:
+            return False
+        with self._errors_named():
+            row = self._retry(lambda: self.db.execute(
+                "SELECT 1 FROM occurrences WHERE submission = ? AND dedup_hash = ?",
+                (submission, dedup_hash)).fetchone())
+        return row is not None
 
     def file_many(self, items: Sequence[tuple[IssueDraft, Occurrence]], *,
                   batch: int = BATCH) -> list[FileResult]:

@@ -191,17 +191,24 @@ def test_dry_run_writes_nothing(captures: Path) -> None:
     assert tree(captures) == before
 
 
-def test_dry_run_drafts_nothing_and_counts_what_a_run_files(captures: Path, engine: Engine) -> None:
+@pytest.fixture
+def drafted(engine: Engine) -> list[str]:
+    """The names of the bundles whose issue ``engine`` drafts, as they are drafted."""
     from loop_core import hookimpl
 
-    drafted: list[str] = []
+    names: list[str] = []
 
     class Watcher:
         @hookimpl(tryfirst=True)
         def loop_draft_issue(self, bundle: Any, verdict: Any) -> None:
-            drafted.append(bundle.path.name)  # and falls through to the built-in drafter
+            names.append(bundle.path.name)  # and falls through to the built-in drafter
 
     engine.pm.register(Watcher())
+    return names
+
+
+def test_dry_run_drafts_nothing_and_counts_what_a_run_files(captures: Path, engine: Engine,
+                                                            drafted: list[str]) -> None:
     for jobs in (1, 2):
         dry = run_captures(captures, engine, None, dry_run=True, jobs=jobs).to_dict()
         assert drafted == []
@@ -211,6 +218,37 @@ def test_dry_run_drafts_nothing_and_counts_what_a_run_files(captures: Path, engi
     assert len(drafted) == FILEABLE
     assert wet["filed_new"] + wet["plus_one"] == dry["would_file"]
     assert wet["suppressed"] == dry["suppressed"] and wet["by_class"] == dry["by_class"]
+
+
+def test_a_replay_drafts_only_the_captures_the_tracker_has_not_counted(captures: Path, engine: Engine,
+                                                                         drafted: list[str], tmp_path: Path) -> None:
+    # The first run sees the first half of the captures, in a folder of its own.
+    names = sorted(p.name for p in captures.iterdir() if p.is_dir())
+    half = tmp_path / "half"
+    half.mkdir()
+    for name in names[: len(names) // 2]:
+        shutil.copytree(captures / name, half / name)
+    tracker_file = tmp_path / "tracker.sqlite"
+    first = run_captures(half, engine, SqliteTracker(tracker_file)).to_dict()
+    first_drafted = sorted(drafted)
+    assert first["filed_new"] + first["plus_one"] == len(first_drafted) > 0
+    # The whole folder into the same tracker: only the captures it had not counted are drafted.
+    drafted.clear()
+    whole = run_captures(captures, engine, SqliteTracker(tracker_file)).to_dict()
+    assert not set(drafted) & set(first_drafted)
+    assert len(drafted) == FILEABLE - len(first_drafted)
+    assert whole["already_counted"] == len(first_drafted)
+    assert whole["review_queued"] == UNKNOWN  # the review queue is the folder's own: this one's is new
+    assert whole["filed_new"] + whole["plus_one"] == len(drafted)
+    assert whole["filed_new"] + first["filed_new"] == EXPECTED["filed_new"]
+    # And a second replay drafts nothing, with the summary a replay always gave.
+    drafted.clear()
+    again = run_captures(captures, engine, SqliteTracker(tracker_file)).to_dict()
+    assert drafted == []
+    assert again["already_counted"] == FILEABLE + UNKNOWN
+    assert again["filed_new"] == again["plus_one"] == again["review_queued"] == 0
+    # Worker processes have no tracker to ask: they draft, and the tracker answers the same.
+    assert run_captures(captures, engine, SqliteTracker(tracker_file), jobs=2).to_dict() == again
 
 
 # -- the spool and its replay ------------------------------------------------

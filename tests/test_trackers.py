@@ -136,6 +136,27 @@ def test_file_many_gives_what_file_gives_one_by_one(tmp_path: Path, engine: Engi
         many.close()
 
 
+def test_counted_says_yes_only_for_an_occurrence_the_tracker_holds(tmp_path: Path, engine: Engine) -> None:
+    draft, occurrence = drafted(engine, model="m/a", submission_fingerprint="a" * 64)
+    other, elsewhere = drafted(engine, text=OOM + " (other)", model="m/b", submission_fingerprint="b" * 64)
+    path = tmp_path / "t.sqlite"
+    db = SqliteTracker(path)
+    try:
+        assert db.file(draft, occurrence).action is FileAction.OPENED
+        # Empty when opened: no capture was counted before this run; file() finds this run's.
+        assert not db.counted(draft.dedup_hash, occurrence.submission)
+    finally:
+        db.close()
+    db = SqliteTracker(path)
+    try:
+        assert db.counted(draft.dedup_hash, occurrence.submission)
+        assert not db.counted(draft.dedup_hash, elsewhere.submission)  # another capture of the failure
+        assert not db.counted(other.dedup_hash, occurrence.submission)  # the capture under another key
+        assert db.file(draft, occurrence).action is FileAction.ALREADY_COUNTED
+    finally:
+        db.close()
+
+
 def test_file_many_splits_into_transactions_of_batch_items(tmp_path: Path, engine: Engine) -> None:
     seeded, items = _mixed_items(engine)
     whole = SqliteTracker(tmp_path / "whole.sqlite")
