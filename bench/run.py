@@ -1024,10 +1024,14 @@ INSTRUCTION_BUNDLES = 300
 
 def _instructions(root: Path, n: int, passes: int, env: dict[str, str]) -> int:
     """Instructions callgrind counts for :data:`_PASSES` over ``n`` bundles."""
-    done = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", _PASSES,
-         str(root), str(n), str(passes)],
-        cwd=REPO, capture_output=True, text=True, env=env, check=False)
+    return _callgrind([sys.executable, "-c", _PASSES, str(root), str(n), str(passes)], env)
+
+
+def _callgrind(argv: Sequence[str], env: dict[str, str]) -> int:
+    """The instructions callgrind counts for the process ``argv`` (run from the repository root)."""
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+                          cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                          check=False)
     found = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
     if done.returncode != 0 or found is None:
         raise RuntimeError(f"callgrind run failed ({done.returncode}): {done.stderr[-400:]}")
@@ -1061,6 +1065,41 @@ def instructions(ctx: Context) -> list[Row]:
                         f"{per_bundle / 1e6:.3f} million instructions per bundle of a warmed pass over "
                         f"{n} bundles (callgrind, after a warm-up pass, one pass and three, PYTHONHASHSEED=0)",
                         {"instructions_per_bundle": per_bundle}, rate=False))
+    return rows
+
+
+RUN_INSTRUCTION_BUNDLES = 500
+# The console script's own lines, so that callgrind counts the interpreter, not a wrapper.
+_CONSOLE = "import sys\nfrom loop_core.cli import main\nsys.argv[0] = 'loop-rules'\nsys.exit(main())\n"
+
+
+@scenario("run-instructions", "instructions of whole `loop-rules run --format json` processes over "
+                              "the corpus's first 500 bundles, counted by callgrind (start-up "
+                              "included, byte-code and pack caches warm): a fresh SQLite run, a "
+                              "replay into the state it left, and --dry-run")
+def run_instructions(ctx: Context) -> list[Row]:
+    corpus = ctx.corpus(min(RUN_INSTRUCTION_BUNDLES, ctx.n))
+    if shutil.which("valgrind") is None:
+        ctx.log("  valgrind is not installed: instructions not counted")
+        return [Row("instructions: run", corpus.n, 0.0, "not counted: valgrind is not installed", rate=False)]
+    argv = [sys.executable, "-c", _CONSOLE, "run", os.path.relpath(corpus.root, REPO), "--format", "json"]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # fixed hashing: two counts of the same code agree
+    cases = (("run (sqlite)", (), True), ("run (sqlite), replay", (), False), ("run --dry-run", ("--dry-run",), True))
+    rows = []
+    try:
+        _set_aside_state(corpus.root)
+        subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, check=True)  # warm the caches
+        for label, extra, fresh in cases:
+            if fresh:
+                _set_aside_state(corpus.root)
+            t0 = time.perf_counter()
+            count = _callgrind([*argv, *extra], env)
+            rows.append(Row(f"instructions: {label}", corpus.n, time.perf_counter() - t0,
+                            f"{count / 1e6:,.1f} million instructions, the whole process "
+                            f"({count / corpus.n / 1e6:.3f} million a bundle, start-up included; "
+                            f"callgrind, PYTHONHASHSEED=0)", {"instructions": count}, rate=False))
+    finally:
+        _set_aside_state(corpus.root)
     return rows
 
 
