@@ -174,9 +174,12 @@ def _sanitize_short(text: str, inline: bool) -> str:
 
 def _sanitize(text: str, inline: bool) -> str:
     out = scrub_secrets(text)
-    out = _CONTROLS.sub("", out.replace("\r\n", "\n").replace("\r", "\n"))
-    # Again: dropping a control or bidi mark may have joined the halves of a token.
-    out = scrub_secrets(out)
+    # isprintable() is false for every character _CONTROLS drops (and for "\r"):
+    # a printable text is already clean, and most are.
+    cleaned = out if out.isprintable() else _CONTROLS.sub("", out.replace("\r\n", "\n").replace("\r", "\n"))
+    # Again: dropping a control or bidi mark may have joined the halves of a token. Unless
+    # neither step changed a thing: the same text scrubs to the same text.
+    out = cleaned if cleaned == text else scrub_secrets(cleaned)
     if "@" in out:
         out = _MENTION.sub("@\u200b", out)
     if inline:

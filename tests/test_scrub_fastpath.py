@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loop_core.dedup import _SECRET_GUARDS, _SECRETS, sanitize, scrub_secrets
+from loop_core.dedup import _CONTROLS, _MENTION, _SECRET_GUARDS, _SECRETS, _sanitize, sanitize, scrub_secrets
 
 # Pieces that (nearly) trigger each pattern, plus case and Unicode traps: the Kelvin
 # sign and the long s match k and s case-insensitively, dotted/dotless i match i.
@@ -27,6 +27,14 @@ def plain_scrub(text: str) -> str:
     return text
 
 
+def plain_sanitize(text: str, inline: bool) -> str:
+    """sanitize() as specified: scrub, drop controls, scrub again, break mentions."""
+    out = plain_scrub(text)
+    out = _CONTROLS.sub("", out.replace("\r\n", "\n").replace("\r", "\n"))
+    out = _MENTION.sub("@\u200b", plain_scrub(out))
+    return " ".join(out.split()) if inline else out
+
+
 def test_one_guard_per_pattern() -> None:
     assert len(_SECRET_GUARDS) == len(_SECRETS)
 
@@ -38,6 +46,16 @@ def test_guarded_scrub_equals_every_pattern_run(parts: list[str]) -> None:
     assert scrub_secrets(text) == plain_scrub(text)
     assert scrub_secrets(text.upper()) == plain_scrub(text.upper())
     assert scrub_secrets(text.lower()) == plain_scrub(text.lower())
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=12)), max_size=12), st.booleans())
+def test_sanitize_with_its_shortcuts_equals_the_plain_steps(parts: list[str], inline: bool) -> None:
+    # The second scrub is skipped when neither the first nor dropping controls changed
+    # the text, and dropping controls when the text is printable: never another result.
+    text = "".join(parts)
+    for variant in (text, "hf_\u200e" + text, text + "\x00" + text):
+        assert _sanitize(variant, inline) == plain_sanitize(variant, inline)
 
 
 def test_each_pattern_still_fires() -> None:
