@@ -681,11 +681,11 @@ class SqliteTracker:
             return self._file(db, draft, occurrence)
 
     def counted(self, dedup_hash: str, submission: str) -> bool:
-        """Whether this occurrence was already counted when the tracker was opened or
-        since. A run asks before it drafts a failure's issue: replaying a corpus into
+        """True when the tracker holds this occurrence; False when it does not, or may
+        not. A run asks before it drafts a failure's issue: replaying a corpus into
         the tracker renders no issue text for the captures it counted before. (True
-        is final: occurrences are never removed. Answered without a query while the
-        tracker held none when opened; those this run files, ``file`` finds anyway.)
+        is final: occurrences are never removed. A tracker that held none when opened
+        answers False without a query; those this run files, ``file`` finds anyway.)
         """
         if not self._held_any:
             return False
