@@ -36,6 +36,10 @@ MAX_LITERALS = 8192  # a scanner this full learns no more (its automaton would g
 # Until this many scans, automata are built as NFAs (about a millisecond for 800 literals,
 # scanning at half the speed) while the literals still change; then as DFAs (several ms).
 DFA_AFTER = 64
+# The automaton over every literal, for the few texts that are not ASCII, becomes a DFA
+# only after this many of them: its DFA build (about 15 ms) pays off after some 700
+# such texts (about 20 µs saved on each), and most runs meet a handful of them.
+TEXT_DFA_AFTER = 512
 # Once a DFA is built, a scheduled rebuild waits until the literals it would add have
 # been looked for with find this many times: a few rare ones (asked about only when a
 # rare phrase occurs) would each cost a DFA build (about 14 ms) for a few finds.
@@ -117,7 +121,8 @@ class _Build:
     swaps it in whole, so a scan running beside it in another thread numbers its
     matches with the literals of the automaton that found them."""
 
-    __slots__ = ("literals", "known", "unknown", "ascii_literals", "ascii", "text", "dfa", "numbers", "ascii_numbers")
+    __slots__ = ("literals", "known", "unknown", "ascii_literals", "ascii", "text", "text_dfa", "dfa", "numbers",
+                 "ascii_numbers")
 
     def __init__(self, literals: tuple[str, ...], ascii: Any, ascii_literals: tuple[str, ...], dfa: bool) -> None:
         self.dfa = dfa
@@ -130,18 +135,20 @@ class _Build:
         self.numbers = {lit: i for i, lit in enumerate(literals)}
         self.ascii_numbers = {lit: i for i, lit in enumerate(ascii_literals)}
         self.text: Any = None  # over every literal, for any other text; made on first use
+        self.text_dfa = False  # whether ``text`` is a DFA
 
 
 class LiteralScanner:
     """Aho-Corasick automata over the literals asked for so far."""
 
-    __slots__ = ("_backend", "_built", "_pending", "_scans", "_next_build", "_misses", "builds")
+    __slots__ = ("_backend", "_built", "_pending", "_scans", "_text_scans", "_next_build", "_misses", "builds")
 
     def __init__(self, backend: Any) -> None:
         self._backend = backend
         self._built: _Build | None = None
         self._pending: set[str] = set()
         self._scans = 0
+        self._text_scans = 0  # of texts that are not ASCII
         self._next_build = 0
         self._misses = 0  # lookups of literals not in the automaton (each a find) since the last build
         self.builds = 0
@@ -180,9 +187,12 @@ class LiteralScanner:
 
     def settle(self) -> None:
         """Build now with every literal learnt so far, as a long run's rebuilds
-        eventually do (the benchmark's steady-state count uses it)."""
+        eventually do, and let the automaton for texts that are not ASCII be a
+        DFA from its next use, as it is in a long run (the benchmark's
+        steady-state count uses it)."""
         if self._pending:
             self._build()
+        self._text_scans = max(self._text_scans, TEXT_DFA_AFTER)
 
     def scan(self, low: str) -> Scan | None:
         """Every occurrence in ``low`` of every known literal; None while none is known."""
@@ -204,8 +214,11 @@ class LiteralScanner:
                        if built.ascii is not None else [])
         else:
             numbered, numbers = built.literals, built.numbers
-            if built.text is None:
-                built.text = self._automaton(self._backend.AhoCorasick, list(numbered), built.dfa)
+            self._text_scans += 1
+            dfa = built.dfa and self._text_scans >= TEXT_DFA_AFTER
+            if built.text is None or dfa and not built.text_dfa:
+                built.text = self._automaton(self._backend.AhoCorasick, list(numbered), dfa)
+                built.text_dfa = dfa
             try:
                 matches = built.text.find_matches_as_indexes(low, overlapping=True)
             except UnicodeError:

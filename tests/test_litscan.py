@@ -131,6 +131,22 @@ def test_early_automata_are_quick_to_build_and_a_long_run_gets_a_dfa(fresh: lits
     assert fresh.known == {"out of memory", "killed", "cubin"}
 
 
+def test_the_automaton_for_other_texts_becomes_a_dfa_only_after_many_of_them(
+        fresh: litscan.LiteralScanner, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Texts that are not ASCII are rare: their automaton over every literal is a quick
+    # NFA until TEXT_DFA_AFTER of them were scanned, with the same answers either way.
+    monkeypatch.setattr(litscan, "TEXT_DFA_AFTER", 8)
+    for i in range(litscan.DFA_AFTER + 1):
+        assert TextIndex(f"line {i}: cuda out of memory, killed").holds("out of memory")
+    assert fresh._built is not None and fresh._built.dfa and fresh._built.text is None
+    for i in range(12):
+        text = f"ligne {i} \u2014 cuda out of memory, \u00abkilled\u00bb"
+        index = TextIndex(text)
+        assert index.holds("out of memory") and index.holds("killed") and not index.holds("cubin")
+        assert index.hits("out of memory", 3) == [text.index("out of memory")]
+        assert fresh._built.text is not None and fresh._built.text_dfa is (i + 1 >= 8)
+
+
 def test_after_the_dfa_a_few_rare_literals_wait_for_enough_finds(fresh: litscan.LiteralScanner,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     # A DFA costs milliseconds to build: a literal a rare text first asks about is looked
