@@ -580,6 +580,41 @@ def test_a_parsed_value_is_as_deep_as_its_text_says(value: Any, bound: int) -> N
         assert min(parsed_depth, bound + 1) == min(_nesting_depth(text, bound), bound + 1)
 
 
+# Strings with brackets, quotes, a backslash, a non-ASCII letter, a lone surrogate and
+# the halves of a pair: json.dumps writes the surrogates as \\udxxx escapes.
+_TRICKY_TEXT = st.text(alphabet='[]{}"\\x:,\u00e9\ud800\udc00\ud83d\ude00', max_size=6)
+_TRICKY_VALUES = st.recursive(
+    st.none() | st.integers() | _TRICKY_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TRICKY_TEXT, inner, max_size=4),
+    max_leaves=40)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_TRICKY_VALUES, st.integers(min_value=0, max_value=10), st.sampled_from([1, 3, 512]))
+def test_a_long_file_is_checked_through_its_value_as_a_short_one_through_its_text(
+        value: Any, bound: int, containers: int) -> None:
+    # Past VALUE_CHECK_CHARS the reader judges depth and lone surrogates from the parsed
+    # value (falling back to the text past a number of containers): the same document,
+    # or the same refusal, as judging them from the text.
+    doc = {"point": "boot", "failure_log_excerpt": "x" * (loop_core.bundle.VALUE_CHECK_CHARS + 1), "v": value}
+    data = json.dumps(doc).encode("ascii")
+    limits = loop_core.bundle.ReadLimits(max_depth=bound)
+
+    def outcome() -> tuple[str, Any]:
+        try:
+            return "read", loop_core.bundle._decode_object(Path("b"), "pt3-boot.json", data, limits)
+        except BundleError as e:
+            return "refused", str(e)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loop_core.bundle, "VALUE_CHECK_CONTAINERS", containers)
+        by_value = outcome()
+        mp.setattr(loop_core.bundle, "VALUE_CHECK_CHARS", len(data) + 1)
+        by_text = outcome()
+    event(by_text[1] if by_text[0] == "refused" else "read")
+    assert by_value == by_text
+
+
 @pytest.mark.parametrize("deep", [True, False])
 def test_the_depth_bound_holds_for_valid_json_full_of_brackets(valid: Callable[..., Path], deep: bool) -> None:
     # Bracket-laden strings push the count over the bound; only real nesting is refused.
