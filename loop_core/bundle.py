@@ -366,19 +366,20 @@ def _decode_object(root: Path, name: str, data: bytes, limits: ReadLimits) -> di
     # text's is worked out only when parsing fails, to say which way it is wrong. A long
     # text is not counted: its value is walked instead (see _value_shape).
     long = len(text) > VALUE_CHECK_CHARS
-    may_be_deep = long or text.count("[") + text.count("{") > bound
+    many_brackets = None if long else text.count("[") + text.count("{") > bound
     try:
         doc = json.loads(text)
     except (ValueError, RecursionError) as e:
-        if may_be_deep and _nesting_depth(text, bound) > bound:
+        if (long or many_brackets) and _nesting_depth(text, bound) > bound:
             raise BundleError(f"{root / name}: JSON nested deeper than {bound} levels", path=root) from e
         if isinstance(e, RecursionError):  # pragma: no cover - deeper than the bound, caught above
             raise BundleError(f"{root / name}: JSON nested too deeply", path=root) from e
         raise BundleError(f"{root / name}: invalid JSON: {e}", path=root) from e
     shape = _value_shape(doc, bound) if long else None
     if shape is None:  # a short text, or a value with too many containers to walk cheaply
-        deep = may_be_deep and (not long or text.count("[") + text.count("{") > bound) \
-            and _value_depth(doc, bound) > bound
+        if many_brackets is None:
+            many_brackets = text.count("[") + text.count("{") > bound
+        deep = many_brackets and _value_depth(doc, bound) > bound
         escapes = "\\u" in text
     else:
         deep, escapes = shape[0] > bound, not shape[1]  # a lone surrogate is never ASCII
