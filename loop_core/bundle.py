@@ -20,7 +20,7 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -414,6 +414,7 @@ def _value_shape(value: Any, bound: int, limit: int = VALUE_CHECK_CONTAINERS) ->
             deepest = depth
             if deepest > bound:
                 break
+        children: Iterable[Any]
         if isinstance(item, dict):
             if plain and not all(key.isascii() for key in item):
                 plain = False

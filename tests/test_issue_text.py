@@ -467,7 +467,12 @@ def test_the_tuple_block_is_the_indented_json_of_the_canonical_payload(
         values: list[Any], model: Any, reshape: bool) -> None:
     # A draft's block is written by a shortcut for plain scalars; it must be the very
     # text the general writer gives (and a payload it does not know goes to that writer).
-    from loop_core.dedup import TUPLE_FIELDS, _canonical_text, _json_block_text, _published
+    from loop_core.dedup import (
+        TUPLE_FIELDS,
+        _canonical_text,
+        _json_block_text,
+        _published,
+    )
     from loop_core.jsontext import dumps_indented
 
     payload: dict[str, Any] = {"dedup_hash": "0123456789ab", "model_slug": model, "schema": SCHEMA,

@@ -5,7 +5,15 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loop_core.dedup import _CONTROLS, _MENTION, _SECRET_GUARDS, _SECRETS, _sanitize, sanitize, scrub_secrets
+from loop_core.dedup import (
+    _CONTROLS,
+    _MENTION,
+    _SECRET_GUARDS,
+    _SECRETS,
+    _sanitize,
+    sanitize,
+    scrub_secrets,
+)
 
 # Pieces that (nearly) trigger each pattern, plus case and Unicode traps: the Kelvin
 # sign and the long s match k and s case-insensitively, dotted/dotless i match i.
