@@ -198,7 +198,10 @@ class All(Condition):
     items: tuple[Condition, ...]
 
     def evaluate(self, view: View) -> bool:
-        return all(c.evaluate(view) for c in self.items)
+        for item in self.items:  # a loop, not all(): no generator per call on the hot path
+            if not item.evaluate(view):
+                return False
+        return True
 
     def explain(self, view: View) -> Trace:
         children = tuple(c.explain(view) for c in self.items)
@@ -217,7 +220,10 @@ class Any_(Condition):
     items: tuple[Condition, ...]
 
     def evaluate(self, view: View) -> bool:
-        return any(c.evaluate(view) for c in self.items)
+        for item in self.items:
+            if item.evaluate(view):
+                return True
+        return False
 
     def explain(self, view: View) -> Trace:
         children = tuple(c.explain(view) for c in self.items)
@@ -273,7 +279,10 @@ class Select(Condition):
 
     def evaluate(self, view: View) -> bool:
         if self.op == "regex":  # whether, not where: the cheaper test
-            return any(self._test(view, value) for value in self.selector.values(view) if isinstance(value, str))
+            for value in self.selector.values(view):
+                if isinstance(value, str) and self._test(view, value):
+                    return True
+            return False
         return self._check(view, self.selector.values(view))[0]
 
     def _test(self, view: View, value: str) -> bool:

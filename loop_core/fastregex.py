@@ -889,8 +889,12 @@ class GuardedRegex:
         if not present:
             return None
         also = self._also
-        if also is not None and not any(idx.holds(lit) for lit in also):
-            return None  # every match holds one of these too, and none occurs
+        if also is not None:
+            for lit in also:
+                if idx.holds(lit):
+                    break
+            else:
+                return None  # every match holds one of these too, and none occurs
         if self._reach is None or len(text) <= WHOLE_TEXT_BELOW:
             return self.compiled.search(text, timeout=timeout)
         hits: list[tuple[int, int]] = []

@@ -186,8 +186,7 @@ class RulePack:
 
     def candidates(self, view: View) -> Iterator[Rule]:
         """The active rules that may match ``view``, in order; the others cannot."""
-        active = self.active_rules
-        return (active[pos] for pos in self.index.candidates(view))
+        return map(self.active_rules.__getitem__, self.index.candidates(view))
 
 
 @functools.cache
