@@ -76,25 +76,23 @@ def describe() -> str:
 class Scan:
     """What one pass found in one text: ``known``, the literals it looked for;
     ``first``, those that occur, with their first positions (``present``: the
-    same as a set); and every match, from which each literal's positions are
+    same as a set); and every match, from which a literal's positions are
     listed on demand (:meth:`positions`). ``unknown`` remembers, per set of
     literals asked about, those the pass did not look for."""
 
-    __slots__ = ("known", "unknown", "first", "present", "_literals", "_numbers", "_matches", "_all")
+    __slots__ = ("known", "unknown", "first", "present", "_numbers", "_matches")
 
     def __init__(self, known: frozenset[str], unknown: dict[frozenset[str], tuple[str, ...]],
                  literals: tuple[str, ...], matches: list[tuple[int, int, int]],
                  numbers: dict[str, int] | None = None) -> None:
         self.known = known
         self.unknown = unknown
-        self._literals = literals
         self._numbers = numbers if numbers is not None else {lit: i for i, lit in enumerate(literals)}
         self._matches = matches
         # Matches come in order of where they end, so a literal's earliest start is its
         # first in the list: walking it backwards, the earliest is written last.
         self.first: dict[str, int] = {literals[number]: start for number, start, _end in reversed(matches)}
         self.present = frozenset(self.first)
-        self._all: dict[str, list[int]] | None = None
 
     def unknown_of(self, literals: frozenset[str]) -> tuple[str, ...]:
         """Those of ``literals`` this pass did not look for (computed once per set and build)."""
@@ -104,16 +102,11 @@ class Scan:
         return rest
 
     def positions(self, literal: str) -> list[int]:
-        """Every start of ``literal`` (overlapping ones too), ascending."""
-        listed = self._all
-        if listed is None:
-            listed = self._all = {}
-        found = listed.get(literal)
-        if found is None:
-            # One literal at a time: most texts are asked about one or two.
-            number = self._numbers.get(literal, -1) if literal in self.present else -1
-            found = listed[literal] = [start for n, start, _end in self._matches if n == number]
-        return found
+        """Every start of ``literal`` (overlapping ones too), ascending; [] for one
+        that does not occur. Not remembered: the caller (``TextIndex.hits``) keeps
+        what it asks for, one literal at a time (most texts are asked about one or two)."""
+        number = self._numbers.get(literal, -1) if literal in self.present else -1
+        return [start for n, start, _end in self._matches if n == number]
 
 
 class _Build:
