@@ -21,7 +21,7 @@ import re
 import stat
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +103,6 @@ class Bundle:
     pt3: Mapping[str, Any] | None = None
     pt4: Mapping[str, Any] | None = None
     pt5: Mapping[str, Any] | None = None
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def is_gate_only(self) -> bool:
@@ -179,8 +178,7 @@ def read_bundle(path: str | os.PathLike[str], *, limits: ReadLimits | None = Non
         raise BundleError(f"{root}: no such bundle directory", path=root) from e
     if not stat.S_ISDIR(st.st_mode):
         raise BundleError(f"{root}: not a directory", path=root)
-    # The scan's listing spares an open() of each absent file (pt5, usually)
-    # and a stat() of pt5; without a listing every file is simply opened.
+    # The scan's listing spares an open() of each absent file (pt5, usually) and a stat() of pt5.
     files = _Files(root, _refuse_special_entries(root), limits)
 
     manifest = files.read(MANIFEST)
@@ -196,23 +194,21 @@ class _Files:
 
     __slots__ = ("root", "prefix", "listing", "limits")
 
-    def __init__(self, root: Path, listing: dict[str, bool] | None, limits: ReadLimits) -> None:
+    def __init__(self, root: Path, listing: dict[str, bool], limits: ReadLimits) -> None:
         self.root = root
         base = os.fspath(root)
         self.prefix = base if base.endswith(os.sep) else base + os.sep
-        self.listing = listing  # bundle file name -> is a directory; None: not scanned
+        self.listing = listing  # bundle file name -> is a directory
         self.limits = limits
 
     def read(self, name: str) -> dict[str, Any] | None:
         """The decoded object in ``name``; None when the file does not exist."""
-        if self.listing is not None and name not in self.listing:
+        if name not in self.listing:
             return None
         return _read_object(self.root, name, self.limits, self.prefix + name)
 
     def is_dir(self, name: str) -> bool:
-        if self.listing is not None:
-            return self.listing.get(name, False)
-        return os.path.isdir(self.prefix + name)
+        return self.listing.get(name, False)
 
 
 def _read_capture(files: _Files, manifest: dict[str, Any]) -> Bundle:
@@ -305,14 +301,13 @@ _OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBL
                | getattr(os, "O_CLOEXEC", 0))
 
 
-def _read_object(root: Path, name: str, limits: ReadLimits, path: str | None = None) -> dict[str, Any] | None:
-    """Decode one JSON object file; None when the file does not exist.
-
-    ``path`` is ``root / name`` as a string when the caller has it; error
-    messages always name ``root / name``.
+def _read_object(root: Path, name: str, limits: ReadLimits, path: str) -> dict[str, Any] | None:
+    """Decode one JSON object file; None when the file does not exist (it may have gone
+    since the listing). ``path`` is ``root / name`` as a string; error messages name
+    ``root / name``.
     """
     try:
-        fd = os.open(path if path is not None else root / name, _OPEN_FLAGS)
+        fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
         return None
     except OSError as e:

@@ -365,8 +365,9 @@ def test_symlink_refused_even_if_it_appears_after_the_scan(
     valid: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Second line of defence (a race with the directory scan): open never follows links."""
-    monkeypatch.setattr(loop_core.bundle, "_refuse_special_entries", lambda root: None)
     path = valid()
+    scanned = loop_core.bundle._refuse_special_entries(path)  # the listing, taken before the swap
+    monkeypatch.setattr(loop_core.bundle, "_refuse_special_entries", lambda root: scanned)
     outside = tmp_path / "outside.json"
     outside.write_bytes((path / "pt1-gate.json").read_bytes())
     (path / "pt1-gate.json").unlink()
@@ -415,8 +416,9 @@ def test_fifo_refused_without_blocking_even_if_it_appears_after_the_scan(
     valid: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Second line of defence: the file is opened non-blocking and checked with fstat."""
-    monkeypatch.setattr(loop_core.bundle, "_refuse_special_entries", lambda root: None)
     path = valid()
+    scanned = loop_core.bundle._refuse_special_entries(path)  # the listing, taken before the swap
+    monkeypatch.setattr(loop_core.bundle, "_refuse_special_entries", lambda root: scanned)
     fifo = path / "pt2-download.json"
     fifo.unlink()
     os.mkfifo(fifo)
