@@ -31,7 +31,6 @@ __all__ = [
 
 DEFAULT_REGEX_TIMEOUT = 0.25  # seconds per regex search
 OPERATORS = ("regex", "contains", "equals", "in", "exists", "truthy")
-COMBINATORS = ("all", "any", "not")
 TOP_LEVEL = ("manifest", "pt1", "pt2", "pt3", "pt4", "pt5", "signal")
 # Signals that are always text: a `contains` on them is a substring test.
 TEXT_SIGNALS = frozenset({"error_text", "error_substring", "error_text_lower", "all_text", "final_error"})

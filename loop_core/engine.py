@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import pluggy
 
@@ -30,7 +29,6 @@ __all__ = [
     "Matcher",
     "MatcherTrace",
     "condition_kinds",
-    "describe_matchers",
     "resolve_pack",
     "rule_packs",
 ]
@@ -213,11 +211,3 @@ class Engine:
 
 def _fileable(cls: FailureClass) -> bool:
     return cls not in (FailureClass.BENIGN_COLD_START, FailureClass.UNKNOWN)
-
-
-def describe_matchers(engine: Engine) -> list[dict[str, Any]]:
-    return [
-        {"name": m.name, "tier": m.tier.value, "order": m.order, "description": m.description}
-        for m in engine.matchers
-    ]
-

@@ -494,9 +494,9 @@ class TextIndex:
 
     __slots__ = ("text", "low", "exact", "long", "scannable", "_words", "_affixes", "_first", "_hits", "_scan")
 
-    def __init__(self, text: str, low: str | None = None) -> None:
+    def __init__(self, text: str) -> None:
         self.text = text
-        self.low = low = text.lower() if low is None else low
+        self.low = low = text.lower()
         self.exact = text.isascii() or (len(low) == len(text) and _FOLDS_TO_ASCII_S not in text)
         self.long = len(low) > TOKEN_MIN  # worth a word set
         self.scannable = self.exact and bool(low)  # one scan costs about what a few finds do

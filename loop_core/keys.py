@@ -83,10 +83,6 @@ class DedupKey(NamedTuple):
         """§2.5: the first 12 hex digits of the SHA-256 of the US-joined fields."""
         return sha256hex(_join(self))[:12]
 
-    def with_class(self, failure_class: str) -> DedupKey:
-        """§5.1: the effective key, the classifier's class at index 5."""
-        return self._replace(failure_class=failure_class)
-
 
 def consensus_key(bundle: Bundle) -> ConsensusKey | None:
     """§2.4; None for gate-only bundles, which have no consensus key."""

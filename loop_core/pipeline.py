@@ -207,8 +207,8 @@ def _process_asking(counted: Callable[[str, str], bool]) -> Callable[[str | Path
 class _Anchors:
     """Success anchors in arrival order: the first ``limit`` in memory, the rest pickled to a temp file."""
 
-    def __init__(self, limit: int | None = None) -> None:
-        self.limit = ANCHORS_IN_MEMORY if limit is None else limit
+    def __init__(self) -> None:
+        self.limit = ANCHORS_IN_MEMORY
         self.kept: list[Bundle] = []
         self.spilled = 0
         self._file: IO[bytes] | None = None

@@ -234,7 +234,7 @@ def locked(directory: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def clean_stale_temp_files(directory: Path, older_than: float = 0.0) -> int:
+def clean_stale_temp_files(directory: Path) -> int:
     """Remove temp files a killed writer left behind; returns how many.
 
     Writers into a spool or review folder create and rename their temp file
@@ -249,12 +249,10 @@ def clean_stale_temp_files(directory: Path, older_than: float = 0.0) -> int:
             raise TrackerError(f"{directory}: not a folder; move it aside")
         return 0
     with locked(directory):
-        now = time.time()
         for path in directory.glob(".*.tmp"):
             with contextlib.suppress(OSError):
-                if now - path.stat().st_mtime >= older_than:
-                    path.unlink()
-                    removed += 1
+                path.unlink()
+                removed += 1
     return removed
 
 
