@@ -140,8 +140,10 @@ def _best(candidates: list[frozenset[str]]) -> frozenset[str] | None:
 
 
 def _strings(op: Any, av: Any) -> frozenset[str] | None:
-    """Every string one parsed item can match, lower-cased, when there are at most
-    :func:`strings_limit` of them; None otherwise. Zero-width items match ``""``."""
+    """Every string one parsed item can match, lower-cased; None when there are too
+    many (a character class of more than four characters; an alternation or
+    repeat with more than :func:`strings_limit`, which the caller's product is
+    held to as well). Zero-width items match ``""``."""
     if op is C.LITERAL:
         ch = _literal_char(av)
         return None if ch is None else frozenset({ch})

@@ -66,8 +66,9 @@ def engine_map(fn: Callable[[T, Engine], R], items: Iterable[T], engine: Engine,
     """``fn(item, engine)`` for every item, in order; in ``jobs`` processes when ``jobs > 1``.
 
     :param fn: a module-level function (workers receive it by reference).
-    :param rules: the pack to build in a worker that cannot inherit ``engine``
-        (default: the engine's pack directory).
+    :param rules: the pack a worker that cannot inherit ``engine`` builds when
+        the engine's pack has no directory (``pack.root`` is None; a loaded
+        pack always has one, which is used); ``default`` if not given.
     """
     source = iter(items)
     if jobs > 1:
