@@ -401,10 +401,10 @@ def _sanitize_outside_tuple_block(body: str) -> str:
     return sanitize(body[:start]) + body[start:end] + sanitize(body[end:])
 
 
-def _title(failure_class: str, model: Any, dedup_hash: str) -> str:
+def _title(failure_class: str, name: str, dedup_hash: str) -> str:
+    """The issue title around ``name``, the model as sanitized for the body, cut to fit."""
     suffix = f" (dedup {dedup_hash})"
     prefix = f"[loop][{failure_class}] "
-    name = sanitize(model if model else "<unknown-model>", inline=True)
     room = TITLE_LIMIT - len(prefix) - len(suffix)
     if len(name) > room:
         name = name[: room - 1] + "\u2026"
@@ -458,8 +458,8 @@ def draft_issue(bundle: Bundle, verdict: Classification, *, evidence: str | None
         body = head + error + (label + block if block else "") + note
         # Still too long only when the key alone cannot fit an issue: nothing to keep whole then.
         body = body[:BODY_LIMIT]
-    return IssueDraft(digest, key, verdict.failure_class.value, _title(verdict.failure_class.value,
-                      bundle.manifest.get("model"), digest), body, labels, canonical)
+    return IssueDraft(digest, key, verdict.failure_class.value, _title(verdict.failure_class.value, model, digest),
+                      body, labels, canonical)
 
 
 def plus_one_comment(draft: IssueDraft, occurrence: Occurrence) -> str:

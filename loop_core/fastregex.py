@@ -664,13 +664,7 @@ class GuardedRegex:
                  "_plan", "_tree", "_analysed")
 
     def __init__(self, compiled: Any) -> None:
-        self._compiled = compiled
-        self._code: dict[str, Any] | None = None
-        self.pattern: str = compiled.pattern
-        self.flags: int = compiled.flags
-        self._plan: _Plan | None = None
-        self._tree: Any = None
-        self._analysed = False
+        self._start(compiled.pattern, compiled.flags, compiled, None)
 
     @classmethod
     def lazy(cls, pattern: str, flags: int, tree: Any = None) -> GuardedRegex:
@@ -678,9 +672,16 @@ class GuardedRegex:
         compiled whole, most of which are never searched (their literals are absent).
         ``tree``, the standard parser's tree of the pattern, spares parsing it again."""
         self = cls.__new__(cls)
-        self._compiled, self.pattern, self.flags, self._analysed = None, pattern, flags, False
-        self._plan, self._tree, self._code = None, tree, None
+        self._start(pattern, flags, None, tree)
         return self
+
+    def _start(self, pattern: str, flags: int, compiled: Any, tree: Any) -> None:
+        self.pattern, self.flags = pattern, flags
+        self._compiled = compiled
+        self._code: dict[str, Any] | None = None  # compiled code to rebuild from (restore)
+        self._tree = tree
+        self._plan: _Plan | None = None
+        self._analysed = False
 
     @property
     def compiled(self) -> Any:

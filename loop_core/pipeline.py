@@ -279,7 +279,7 @@ def run_captures(
                 summary.reader_errors += 1
                 summary.errors.append({"bundle": str(item.path), "message": item.error})
             else:
-                _route(item, summary, filer, dry_run)
+                _route(item, summary, filer)
                 if item.anchor is not None:
                     index.add(item.anchor)
                     anchors.add(item.anchor)
@@ -322,8 +322,7 @@ class _Filer:
     called from the caller's thread (third-party trackers need not be thread-safe).
     """
 
-    def __init__(self, tracker: Tracker | None, summary: RunSummary, batch: int,
-                 review: ReviewQueue | None = None) -> None:
+    def __init__(self, tracker: Tracker | None, summary: RunSummary, batch: int, review: ReviewQueue) -> None:
         self.tracker = tracker
         self.summary = summary
         self.batch = max(1, batch)
@@ -371,7 +370,6 @@ class _Filer:
 
     def _write_reviews(self) -> None:
         if self.reviews:
-            assert self.review is not None
             reviews, self.reviews = self.reviews, []
             self._collect()  # one batch in flight at a time, in order
             if self._background:
@@ -429,14 +427,14 @@ class _Filer:
             summary.spooled += 1
 
 
-def _route(item: Processed, summary: RunSummary, filer: _Filer, dry_run: bool) -> None:
+def _route(item: Processed, summary: RunSummary, filer: _Filer) -> None:
     verdict = item.verdict
     assert verdict is not None
     if not item.failure:
         summary.successes += 1
         return
     summary.by_class[verdict.failure_class.value] += 1
-    if dry_run:  # nothing was drafted (process_bundle(prepare=False)): count what a run would do
+    if summary.dry_run:  # nothing was drafted (process_bundle(prepare=False)): count what a run would do
         if verdict.failure_class is FailureClass.BENIGN_COLD_START:
             summary.suppressed += 1
         elif verdict.should_file:

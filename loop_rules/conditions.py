@@ -17,7 +17,7 @@ def _timeout_but_green(view: View) -> bool:
     # Boot failed, yet smoke has results, none red and at least one green.
     bundle = view.bundle
     pt3 = bundle.pt3 if isinstance(bundle.pt3, dict) else {}
-    results = (bundle.pt4 or {}).get("results") if isinstance(bundle.pt4, dict) else None
+    results = bundle.pt4.get("results") if isinstance(bundle.pt4, dict) else None
     if pt3.get("ok") or not isinstance(results, dict) or not results:
         return False
     verdicts = list(results.values())
@@ -29,10 +29,8 @@ def _http_404(view: View) -> bool:
     details = pt4.get("results_detail")
     if not isinstance(details, dict):
         return False
-    return any(
-        isinstance(d, dict) and d.get("status") == 404 and not isinstance(d.get("status"), bool)
-        for d in details.values()
-    )
+    # No JSON boolean equals 404 (True == 1), so a plain comparison is exact.
+    return any(isinstance(d, dict) and d.get("status") == 404 for d in details.values())
 
 
 PREDICATES: dict[str, Callable[[View], bool]] = {
