@@ -631,8 +631,10 @@ class TextIndex:
         if found is None:
             found = []
             if self.holds(literal):
-                if self._scan is not None and literal in self._scan.first:
-                    found = self._hits[literal] = self._scan.positions(literal)[:limit + 1]
+                scan = self._scan
+                listed = scan.positions(literal) if scan is not None and literal in scan.first else None
+                if listed is not None:  # the scan kept every match
+                    found = self._hits[literal] = listed[:limit + 1]
                     return found
                 find, at = self.low.find, self._first[literal]
                 while at >= 0 and len(found) <= limit:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -30,7 +31,11 @@ def test_version_names_the_literal_scanner(monkeypatch: pytest.MonkeyPatch) -> N
         lines = result.output.splitlines()
         assert result.exit_code == 0 and lines[0] == f"loop-rules, version {__version__}"
         if litscan.available():
-            assert lines[1] == "literal scanner: ahocorasick_rs"
+            both = importlib.util.find_spec("hyperscan") is not None
+            assert lines[1] == "literal scanner: ahocorasick_rs" + (", hyperscan for long runs" if both else "")
+            monkeypatch.setenv("LOOP_RULES_SCANNER", "ahocorasick")
+            litscan.use_scanner(None)
+            assert invoke("--version").output.splitlines()[1] == "literal scanner: ahocorasick_rs"
             monkeypatch.setenv("LOOP_RULES_SCANNER", "off")
             litscan.use_scanner(None)
             assert invoke("--version").output.splitlines()[1] == "literal scanner: off (LOOP_RULES_SCANNER=off)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -33,6 +34,25 @@ def fresh() -> Iterator[litscan.LiteralScanner]:
     litscan.use_scanner(None)
 
 
+HYPERSCAN = importlib.util.find_spec("hyperscan") is not None
+STAGES = ["early", "long run, ahocorasick_rs"] + (["long run, hyperscan"] if HYPERSCAN else [])
+
+
+@pytest.fixture(params=STAGES)
+def staged(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[litscan.LiteralScanner]:
+    """A fresh scanner at each stage of a run: the early automata, and a long run's
+    (every build one for a long run: the Aho-Corasick DFA, or Hyperscan's first matches)."""
+    if request.param != "early":
+        monkeypatch.setattr(litscan, "DFA_AFTER", 0)
+    if request.param == "long run, ahocorasick_rs":
+        monkeypatch.setenv(litscan.ENV, "ahocorasick")
+    litscan.use_scanner(True)
+    made = litscan.scanner()
+    assert made is not None
+    yield made
+    litscan.use_scanner(None)
+
+
 def _all_starts(text: str, literal: str) -> list[int]:
     out, at = [], text.find(literal)
     while at >= 0:
@@ -48,7 +68,7 @@ PIECES = st.sampled_from(["a", "b", "ab", "ba", "aa", " ", "\n", "é", "█", "o
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(texts=st.lists(st.lists(PIECES, max_size=80).map("".join), min_size=1, max_size=4),
        literals=st.lists(st.lists(PIECES, min_size=1, max_size=4).map("".join), min_size=1, max_size=12))
-def test_every_lookup_equals_find(fresh: litscan.LiteralScanner, texts: list[str], literals: list[str]) -> None:
+def test_every_lookup_equals_find(staged: litscan.LiteralScanner, texts: list[str], literals: list[str]) -> None:
     # Texts are read one after another, so later ones are scanned by an automaton
     # that has learnt the literals earlier ones looked for with find.
     for text in texts:
@@ -85,7 +105,7 @@ def test_seeded_literals_are_all_scanned_for_from_the_first_text(fresh: litscan.
     assert fresh._misses == 0  # seeding is not a run of lookups that missed the automaton
 
 
-def test_lone_surrogates_and_non_ascii_literals_are_answered_exactly(fresh: litscan.LiteralScanner) -> None:
+def test_lone_surrogates_and_non_ascii_literals_are_answered_exactly(staged: litscan.LiteralScanner) -> None:
     # A rule may name a lone surrogate (a \\ud800 escape), and a text made in code may hold one:
     # UTF-8 cannot carry either, so find answers them.
     texts = ["abc é de \ud800x", "plain ascii de", "abc \udc80 de é", "only é here", "ascii again de"]
@@ -96,7 +116,7 @@ def test_lone_surrogates_and_non_ascii_literals_are_answered_exactly(fresh: lits
             for literal in literals:
                 assert index.holds(literal) == (literal in text), (text, literal)
                 assert index.hits(literal, 3) == _all_starts(text, literal)[:4]
-    assert "é" in fresh.known and "\ud800x" not in fresh.known
+    assert "é" in staged.known and "\ud800x" not in staged.known
 
 
 def test_rebuilds_come_less_often_as_a_run_goes_on(fresh: litscan.LiteralScanner) -> None:
@@ -129,6 +149,58 @@ def test_early_automata_are_quick_to_build_and_a_long_run_gets_a_dfa(fresh: lits
             assert fresh._built is not None and not fresh._built.dfa
     assert fresh._built is not None and fresh._built.dfa
     assert fresh.known == {"out of memory", "killed", "cubin"}
+
+
+@pytest.mark.skipif(not HYPERSCAN, reason="hyperscan is not installed")
+def test_a_long_run_scans_ascii_texts_for_first_matches_with_hyperscan(fresh: litscan.LiteralScanner) -> None:
+    for i in range(litscan.DFA_AFTER + 3):
+        text = f"line {i}: cuda out of memory, out of memory again, killed"
+        index = TextIndex(text)
+        assert index.holds("out of memory") and index.holds("killed") and not index.holds("cubin")
+        assert index.hits("out of memory", 3) == _all_starts(text, "out of memory")
+    built = fresh._built
+    assert built is not None and built.dfa and built.first is not None and built.ascii is None
+    index = TextIndex("x out of memory y out of memory")
+    assert index.which(frozenset(["out of memory", "killed", "cubin"])) == {"out of memory"}
+    assert index._scan is not None and not index._scan.every
+    assert index._scan.first == {"out of memory": 2} and index._scan.positions("out of memory") is None
+    assert index.hits("out of memory", 5) == [2, 18]  # every start, found from the first with find
+    # A text that is not ASCII is still read by the Aho-Corasick automaton, every match kept.
+    other = TextIndex("\u00e9 out of memory, out of memory")
+    assert other.which(frozenset(["out of memory"])) == {"out of memory"}
+    assert other._scan is not None and other._scan.every and other._scan.positions("out of memory") == [2, 17]
+
+
+@pytest.mark.skipif(not HYPERSCAN, reason="hyperscan is not installed")
+def test_a_failed_hyperscan_scan_leaves_the_answers_to_find(fresh: litscan.LiteralScanner,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(litscan, "DFA_AFTER", 0)
+    assert not TextIndex("a first text").holds("out of memory")  # learnt
+    assert TextIndex("x out of memory").holds("out of memory")  # read by Hyperscan
+    built = fresh._built
+    assert built is not None and built.first is not None
+
+    class Failing:
+        def scan(self, *args: object, **kwargs: object) -> None:
+            raise RuntimeError("scratch space lost")
+
+    monkeypatch.setattr(built.first, "_database", Failing())
+    index = TextIndex("y out of memory, out of memory")
+    assert index.scanned() == frozenset()  # no scan: every literal is looked for with find
+    assert index.holds("out of memory") and index.hits("out of memory", 5) == [2, 17]
+
+
+def test_ahocorasick_only_keeps_hyperscan_out(fresh: litscan.LiteralScanner, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(litscan.ENV, "ahocorasick")
+    litscan.use_scanner(None)
+    scanner = litscan.scanner()
+    assert scanner is not None and litscan.describe() == "ahocorasick_rs"
+    for i in range(litscan.DFA_AFTER + 3):
+        assert TextIndex(f"line {i}: out of memory").holds("out of memory")
+    built = scanner._built
+    assert built is not None and built.dfa and built.first is None and built.ascii is not None
+    index = TextIndex("x out of memory y out of memory")
+    assert index.hits("out of memory", 5) == [2, 18] and index._scan is not None and index._scan.every
 
 
 def test_the_automaton_for_other_texts_becomes_a_dfa_only_after_many_of_them(
@@ -271,7 +343,10 @@ def test_threads_classifying_at_once_get_the_verdicts_of_one_thread() -> None:
                 got = list(pool.map(engine.classify, bundles))
         finally:
             sys.setswitchinterval(interval)
-        assert litscan.scanner().builds > 1  # type: ignore[union-attr]
+        made = litscan.scanner()
+        assert made is not None and made.builds > 1
+        # Long enough for a long run's automaton: with hyperscan, a scratch space per thread.
+        assert made._built is not None and made._built.dfa and (made._built.first is not None) == HYPERSCAN
     finally:
         litscan.use_scanner(None)
     assert got == expected
