@@ -423,36 +423,50 @@ def classify(ctx: Context) -> list[Row]:
     bundles = ctx.bundles()
     rows = []
     scanning = litscan.scanner() is not None
-    for pack, scanner in (("default", True), ("reference", True), ("default", False)):
-        if not scanner:
-            if not scanning:
-                break  # the rows above already looked literals up one by one
-            litscan.use_scanner(False)
-        t0 = time.perf_counter()
-        engine = ctx.engine(pack)
-        build = time.perf_counter() - t0
-        counts: dict[str, int] = {}
-
-        def run(engine: Any = engine, counts: dict[str, int] = counts) -> None:
-            counts.clear()
-            for b in bundles:
-                cls = engine.classify(b).failure_class.value
-                counts[cls] = counts.get(cls, 0) + 1
-
+    # (pack, scanner setting): the process's own, LOOP_RULES_SCANNER=ahocorasick (when
+    # hyperscan is there to be left out), and off.
+    modes = [("default", None), ("reference", None)]
+    if scanning:
+        if "hyperscan" in litscan.describe():
+            modes.append(("default", "ahocorasick"))
+        modes.append(("default", "off"))
+    saved = os.environ.get(litscan.ENV)
+    for pack, setting in modes:
+        if setting is not None:
+            os.environ[litscan.ENV] = setting
+            litscan.use_scanner(None)
         try:
+            t0 = time.perf_counter()
+            engine = ctx.engine(pack)
+            build = time.perf_counter() - t0
+            counts: dict[str, int] = {}
+
+            def run(engine: Any = engine, counts: dict[str, int] = counts) -> None:
+                counts.clear()
+                for b in bundles:
+                    cls = engine.classify(b).failure_class.value
+                    counts[cls] = counts.get(cls, 0) + 1
+
             t = ctx.timed(run)
         finally:
+            if saved is None:
+                os.environ.pop(litscan.ENV, None)
+            else:
+                os.environ[litscan.ENV] = saved
             litscan.use_scanner(None)
         mix = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
         label, versus = f"classify ({pack})", ""
-        if not scanner:
+        if setting == "off":
             label = f"classify ({pack}), one find per literal"
             versus = f"LOOP_RULES_SCANNER=off: {t.seconds / rows[0].seconds:.2f}x the time with the scanner; "
+        elif setting == "ahocorasick":
+            label = f"classify ({pack}), ahocorasick_rs only"
+            versus = f"LOOP_RULES_SCANNER=ahocorasick: {t.seconds / rows[0].seconds:.2f}x the time with hyperscan; "
         rows.append(Row(
             label, len(bundles), t.seconds,
             f"{versus}{len(engine.pack.rules)} rules (version {engine.pack.version}), engine build "
             f"{build * 1000:.0f} ms; {t.describe()}; {mix}",
-            {**t.extra(), "engine_build_s": build, "classes": dict(counts), "scanner": scanning and scanner}))
+            {**t.extra(), "engine_build_s": build, "classes": dict(counts), "scanner": setting or scanning}))
     return rows
 
 
@@ -1053,6 +1067,8 @@ def instructions(ctx: Context) -> list[Row]:
 
     if not litscan.available():
         modes = [("one find per literal", "off")]
+    elif "hyperscan" in litscan.describe():
+        modes.insert(1, ("ahocorasick_rs only", "ahocorasick"))
     for label, value in modes:
         # Fixed hashing, so two counts of the same code agree to the instruction.
         env = {**os.environ, "PYTHONHASHSEED": "0", litscan.ENV: value}
@@ -1163,10 +1179,13 @@ def _scanner() -> str:
     from loop_core import litscan
 
     found = litscan.describe()
-    if found != "ahocorasick_rs":
+    if not found.startswith("ahocorasick_rs"):
         return found
     try:
-        return f"ahocorasick_rs {version('ahocorasick_rs')}"
+        shown = f"ahocorasick_rs {version('ahocorasick_rs')}"
+        if "hyperscan" in found:
+            shown += f", hyperscan {version('hyperscan')} for long runs"
+        return shown
     except PackageNotFoundError:  # pragma: no cover - importable but not installed as a distribution
         return found
 
