@@ -16,7 +16,7 @@ positions, and the tests compare them.
 
 A long run's ASCII texts (most logs) are scanned by Hyperscan instead, when
 the optional ``hyperscan`` package is installed (also in the ``fast`` extra,
-on x86-64): its SIMD matcher reports each literal's first match only, in
+where it ships wheels): its SIMD matcher reports each literal's first match only, in
 about a third of the time the Aho-Corasick DFA takes to report every match
 (45 a log, most of them of a few common words), and the rare literal whose
 every position a windowed search needs is then looked up with ``find`` from
@@ -94,7 +94,8 @@ def available() -> bool:
 
 def describe() -> str:
     """Which literal lookups this process uses, for ``--version`` and reports:
-    ``ahocorasick_rs``, or why the scanner is off. (No version number: finding
+    ``ahocorasick_rs`` (and whether Hyperscan takes over in long runs), or why
+    the scanner is off. (No version number: finding
     one through ``importlib.metadata`` would double what ``--version`` costs.)"""
     if scanner() is not None:
         return "ahocorasick_rs, hyperscan for long runs" if _first_match_installed() else "ahocorasick_rs"
@@ -202,7 +203,8 @@ class _Build:
 
 
 class LiteralScanner:
-    """Aho-Corasick automata over the literals asked for so far."""
+    """Aho-Corasick automata (and, in a long run, a Hyperscan database) over the
+    literals asked for so far."""
 
     __slots__ = ("_backend", "_first_backend", "_built", "_pending", "_scans", "_text_scans", "_next_build",
                  "_misses", "builds")
