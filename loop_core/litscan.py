@@ -33,6 +33,7 @@ it (:meth:`LiteralScanner.seed`).
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Iterable
@@ -57,14 +58,18 @@ _OFF = ("off", "0", "no", "false")
 _AHOCORASICK_ONLY = "ahocorasick"
 
 
-def _backend() -> Any:
+def _package(name: str, needed: tuple[str, ...]) -> Any:
+    """The optional package ``name``; None when it is missing or lacks ``needed``
+    (an older release: treated as absent rather than failing mid-run)."""
     try:
-        import ahocorasick_rs
+        module = importlib.import_module(name)
     except ImportError:
         return None
-    # Releases before 1.0 lack some of this: treat them as absent rather than fail mid-run.
-    needed = ("AhoCorasick", "BytesAhoCorasick", "MatchKind", "Implementation")
-    return ahocorasick_rs if all(hasattr(ahocorasick_rs, name) for name in needed) else None
+    return module if all(hasattr(module, attr) for attr in needed) else None
+
+
+def _backend() -> Any:
+    return _package("ahocorasick_rs", ("AhoCorasick", "BytesAhoCorasick", "MatchKind", "Implementation"))
 
 
 def _first_match_backend() -> Any:
@@ -72,12 +77,7 @@ def _first_match_backend() -> Any:
     is not installed, too old, or ``LOOP_RULES_SCANNER=ahocorasick`` keeps it out."""
     if os.environ.get(ENV, "").lower() == _AHOCORASICK_ONLY:
         return None
-    try:
-        import hyperscan
-    except ImportError:
-        return None
-    needed = ("Database", "Scratch", "HS_MODE_BLOCK", "HS_FLAG_SINGLEMATCH")
-    return hyperscan if all(hasattr(hyperscan, name) for name in needed) else None
+    return _package("hyperscan", ("Database", "Scratch", "HS_MODE_BLOCK", "HS_FLAG_SINGLEMATCH"))
 
 
 def _first_match_installed() -> bool:
