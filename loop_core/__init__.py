@@ -67,6 +67,7 @@ _LAZY = {
     "TrackerSpec": "trackers",
     "TrustResult": "trust",
     "View": "view",
+    "WorkerError": "errors",
     "consensus_key": "keys",
     "dedup_key": "keys",
     "dedup_labels": "keys",
@@ -88,7 +89,7 @@ if TYPE_CHECKING:
     from .conditions import ConditionKind, Trace
     from .dedup import IssueDraft, Occurrence
     from .engine import Engine, MatchContext, Matcher, MatcherTrace
-    from .errors import BundleError, CatalogError, LoopError, PluginError, RuleError, TrackerError
+    from .errors import BundleError, CatalogError, LoopError, PluginError, RuleError, TrackerError, WorkerError
     from .hookspecs import hookimpl
     from .keys import ConsensusKey, DedupKey, consensus_key, dedup_key, dedup_labels, error_substring, kv_calc_version, submission_fingerprint, tier2_fingerprint
     from .packs import PackInfo
@@ -151,6 +152,7 @@ __all__ = [
     "TrackerSpec",
     "TrustResult",
     "View",
+    "WorkerError",
     "__version__",
     "consensus_key",
     "dedup_key",

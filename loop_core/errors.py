@@ -6,7 +6,7 @@ Messages name the place first, then the problem, then the bad value, e.g.
 
 from __future__ import annotations
 
-__all__ = ["BundleError", "CatalogError", "LoopError", "PluginError", "RuleError", "TrackerError"]
+__all__ = ["BundleError", "CatalogError", "LoopError", "PluginError", "RuleError", "TrackerError", "WorkerError"]
 
 
 class LoopError(Exception):
@@ -46,3 +46,7 @@ class CatalogError(LoopError):
 
 class TrackerError(LoopError):
     """A tracker backend could not store or read an issue."""
+
+
+class WorkerError(LoopError):
+    """A ``--jobs`` worker process ended before answering (killed, out of memory, crashed)."""

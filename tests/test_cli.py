@@ -157,6 +157,30 @@ def test_classify_jobs_2_prints_what_jobs_1_prints(tmp_path: Path) -> None:
     assert len(one.output.splitlines()) > 10
 
 
+def test_a_worker_killed_mid_run_is_one_clear_error(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import signal
+
+    from loop_core import batch
+    from loop_core.testing import make_bundle, write_bundle
+
+    for i in range(12):
+        write_bundle(tmp_path / f"model-{i:02d}" / "20260801T000000Z", make_bundle(OOM))
+    real = batch._jsonl
+
+    def killed_at_the_seventh(path: str, engine):  # type: ignore[no-untyped-def]
+        if "model-07" in path:  # as the kernel's OOM killer would end a worker
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(path, engine)
+
+    monkeypatch.setattr(batch, "_jsonl", killed_at_the_seventh)
+    result = invoke("classify", "--format", "jsonl", "--jobs", "2", str(tmp_path))
+    assert result.exit_code == 2, result.output
+    assert "worker process" in result.output and "was killed by signal 9 (out of memory?) before answering" \
+        in result.output
+    assert "internal error" not in result.output and "Traceback" not in result.output
+
+
 def test_jobs_auto_is_one_per_usable_cpu_and_a_bad_count_is_named(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import loop_core.cli as cli_module
     from loop_core.testing import make_bundle, write_bundle

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from loop_core import Engine
-from loop_core.parallel import engine_map
+from loop_core import Engine, parallel
+from loop_core.parallel import WorkerError, WorkerTraceback, engine_map
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _tag(item: int, engine: Engine) -> tuple[int, int, str]:
@@ -25,6 +31,36 @@ def _boom(item: int, engine: Engine) -> int:
     if item == 7:
         raise ValueError("item 7")
     return item
+
+
+def _die(item: int, engine: Engine) -> int:
+    if item == 9:
+        os._exit(3)  # as a worker the kernel killed would: no answer, no exception
+    return item
+
+
+def _echo_long(item: str, engine: Engine) -> str:
+    return item * 3
+
+
+def _pid(item: int, engine: Engine) -> int:
+    time.sleep(0.001)
+    return os.getpid()
+
+
+@pytest.fixture
+def deadline() -> Iterator[None]:
+    """Fail a test that would hang (a pool waiting on itself) instead of hanging."""
+    def expired(signum: int, frame: object) -> None:
+        raise TimeoutError("engine_map did not finish in 60 s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(60)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def test_results_come_back_in_input_order_from_several_processes(engine: Engine) -> None:
@@ -63,5 +99,66 @@ def test_the_input_is_consumed_lazily(engine: Engine) -> None:
 
 
 def test_an_error_in_a_worker_reaches_the_caller(engine: Engine) -> None:
-    with pytest.raises(ValueError, match="item 7"):
+    with pytest.raises(ValueError, match="item 7") as raised:
         list(engine_map(_boom, range(40), engine, jobs=2, chunk=2))
+    cause = raised.value.__cause__
+    assert isinstance(cause, WorkerTraceback)  # where it happened, as the worker saw it
+    assert "in worker process" in str(cause) and "_boom" in str(cause) and "item 7" in str(cause)
+
+
+def test_a_worker_that_dies_is_an_error_not_a_hang(engine: Engine, deadline: None) -> None:
+    with pytest.raises(WorkerError, match=r"worker process \d+ exited with status 3 before answering"):
+        list(engine_map(_die, range(40), engine, jobs=2, chunk=2))
+
+
+def test_chunks_and_answers_larger_than_a_pipe_holds(engine: Engine, deadline: None) -> None:
+    # 64 KB is a pipe's usual capacity: here every chunk sent and every answer read back
+    # is several times that, so a parent that blocked on a write would wait on a worker
+    # blocked writing an answer nobody reads.
+    items = [f"{i:06d}" * 20_000 for i in range(24)]  # 120 KB each
+    out = list(engine_map(_echo_long, items, engine, jobs=2, chunk=2, window=3))
+    assert out == [item * 3 for item in items]
+
+
+def test_stopping_early_ends_the_workers(engine: Engine, deadline: None) -> None:
+    results = engine_map(_pid, range(10_000), engine, jobs=2, chunk=4, window=2)
+    pids = {next(results) for _ in range(20)}
+    results.close()
+    assert pids and os.getpid() not in pids
+    for pid in pids:  # reaped: no such process any more (not even a zombie)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_workers_that_are_not_forked_build_the_engine_and_agree(engine: Engine,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # Where the platform does not fork (macOS, Windows) a process pool runs the workers
+    # and each builds the engine from the pack's directory.
+    monkeypatch.setattr(parallel, "_forks", lambda: False)
+    out = list(engine_map(_tag, range(40), engine, jobs=2, chunk=4))
+    assert [item for item, _pid, _v in out] == list(range(40))
+    assert os.getpid() not in {pid for _i, pid, _v in out}
+    assert {v for *_rest, v in out} == {engine.pack.version}
+
+
+def test_what_the_parent_had_buffered_is_written_once(tmp_path: Path) -> None:
+    # A forked worker starts with a copy of the parent's unwritten stdout buffer; it
+    # must neither write it again nor lose what the worker itself prints.
+    script = (
+        "import sys\n"
+        "from loop_core import Engine\n"
+        "from loop_core.parallel import engine_map\n"
+        "def shout(item, engine):\n"
+        "    sys.stderr.write(f'worker {item};')  # no newline: it stays in the buffer\n"
+        "    return item\n"
+        "sys.stdout.write('parent before;')\n"
+        "engine = Engine.build('reference')\n"
+        "assert list(engine_map(shout, range(8), engine, jobs=2, chunk=1)) == list(range(8))\n"
+        "sys.stdout.write('parent after')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # buffered, as usual
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "parent before;parent after"
+    assert sorted(done.stderr.split(";")[:-1]) == sorted(f"worker {i}" for i in range(8))
