@@ -20,7 +20,9 @@ where it ships wheels): its SIMD matcher reports each literal's first match only
 about a third of the time the Aho-Corasick DFA takes to report every match
 (45 a log, most of them of a few common words), and the rare literal whose
 every position a windowed search needs is then looked up with ``find`` from
-its first. ``LOOP_RULES_SCANNER=ahocorasick`` keeps to ``ahocorasick_rs``.
+its first. A database once compiled is loaded back from the cache directory
+by the next run that needs the same one. ``LOOP_RULES_SCANNER=ahocorasick``
+keeps to ``ahocorasick_rs``.
 
 The scanner learns its literals as they are asked for: a literal looked up
 with ``find`` is added to the automaton at its next rebuild. Rebuilds (a few
@@ -33,10 +35,12 @@ it (:meth:`LiteralScanner.seed`).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import threading
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 __all__ = ["LiteralScanner", "Scan", "ENV", "MAX_LITERALS", "available", "describe", "scanner", "use_scanner"]
@@ -54,6 +58,12 @@ TEXT_DFA_AFTER = 512
 # been looked for with find this many times: a few rare ones (asked about only when a
 # rare phrase occurs) would each cost a DFA build (about 14 ms) for a few finds.
 LATE_MISSES = 1024
+# A Hyperscan database over this many literals or more is kept in the cache directory
+# (``<cache dir>/hyperscan/``, see :mod:`loop_core.packcache`), keyed by its literals
+# and the package's version: compiling the default pack's (some 880 literals) takes
+# 11-25 ms, loading it back 0.1 ms. A smaller one compiles faster than a file is read.
+CACHED_FROM = 100
+CACHED_FILES = 8  # databases kept there; the least recently used go first
 _OFF = ("off", "0", "no", "false")
 _AHOCORASICK_ONLY = "ahocorasick"
 
@@ -151,11 +161,8 @@ class _FirstMatches:
     __slots__ = ("_backend", "_database", "_lengths", "_local")
 
     def __init__(self, backend: Any, literals: tuple[str, ...]) -> None:
-        database = backend.Database(mode=backend.HS_MODE_BLOCK)
-        database.compile(expressions=[lit.encode("ascii") for lit in literals], ids=list(range(len(literals))),
-                         elements=len(literals), flags=backend.HS_FLAG_SINGLEMATCH, literal=True)
         self._backend = backend
-        self._database = database
+        self._database = _database(backend, literals)
         self._lengths = tuple(len(lit) for lit in literals)
         self._local = threading.local()  # a scratch space per thread: two scans at once may not share one
 
@@ -172,6 +179,56 @@ class _FirstMatches:
             return None
         lengths = self._lengths
         return [(number, end - lengths[number], end) for number, end in found]
+
+
+def _database(backend: Any, literals: tuple[str, ...]) -> Any:
+    """The Hyperscan database over ``literals``: compiled, or loaded back from the
+    cache directory when an earlier run compiled the same one (see :data:`CACHED_FROM`)."""
+    path = _cache_path(backend, literals) if len(literals) >= CACHED_FROM else None
+    if path is not None:
+        try:
+            database = backend.loadb(path.read_bytes(), backend.HS_MODE_BLOCK)
+        except Exception:  # noqa: BLE001, S110 - missing, damaged, another release's or CPU's: compile it
+            pass
+        else:
+            try:
+                os.utime(path)  # recently used: the last to be pruned
+            except OSError:
+                pass
+            return database
+    database = backend.Database(mode=backend.HS_MODE_BLOCK)
+    database.compile(expressions=[lit.encode("ascii") for lit in literals], ids=list(range(len(literals))),
+                     elements=len(literals), flags=backend.HS_FLAG_SINGLEMATCH, literal=True)
+    if path is not None:
+        _store(path, backend.dumpb(database))
+    return database
+
+
+def _cache_path(backend: Any, literals: tuple[str, ...]) -> Path | None:
+    from .packcache import cache_dir
+
+    root = cache_dir()
+    if root is None:
+        return None
+    digest = hashlib.sha256(f"{getattr(backend, '__version__', '?')}\0{backend.HS_FLAG_SINGLEMATCH}\0".encode())
+    digest.update("\0".join(literals).encode("ascii"))  # order matters: a match is reported by number
+    return root / "hyperscan" / f"{digest.hexdigest()[:32]}.db"
+
+
+def _store(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically and keep the folder to :data:`CACHED_FILES`
+    files, the least recently used going first; best effort (a read-only or full disk
+    only costs the next run a compile)."""
+    from .packcache import write_cache_file
+
+    try:
+        write_cache_file(path, data)
+        # File times tick coarsely (a few ms): the one just written stays whatever its time says.
+        others = sorted((p for p in path.parent.glob("*.db") if p != path), key=lambda p: p.stat().st_mtime_ns)
+        for old in others[: max(0, len(others) - (CACHED_FILES - 1))]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def _on_first_match(number: int, _start: int, end: int, _flags: int, found: list[tuple[int, int]]) -> None:

@@ -25,7 +25,9 @@ a problem is saved, so restored documents are always ones that validated.
 
 The cache directory is ``$LOOP_RULES_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/loop-rules``, else ``~/.cache/loop-rules``;
-``LOOP_RULES_CACHE=off`` turns the cache off. A file that is missing,
+``LOOP_RULES_CACHE=off`` turns the cache off. (The literal scanner keeps
+its long runs' Hyperscan databases in ``hyperscan/`` there, see
+:data:`loop_core.litscan.CACHED_FROM`.) A file that is missing,
 unreadable, damaged or written by other code is ignored (and replaced);
 a directory that cannot be written to only costs the speed-up.
 """
@@ -43,7 +45,7 @@ from typing import Any
 from .__version__ import __version__
 from .fastregex import RegexCache, strings_limit
 
-__all__ = ["PackCache", "cache_dir", "load", "save"]
+__all__ = ["PackCache", "cache_dir", "load", "save", "write_cache_file"]
 
 FORMAT = 3
 _CODE_KEY: str | None = None
@@ -146,24 +148,34 @@ def save(cache: RegexCache, content_digest: str) -> Path | None:
     if path is None or not cache.dirty:
         return None
     cache.dirty = False
-    import tempfile  # only when there is something to write
-
+    data: dict[str, Any] = {"format": FORMAT, "regexes": cache.entries}
+    documents = getattr(cache, "documents", None)
+    if documents is not None:
+        data["documents"] = documents
+    if cache.literals:
+        data["literals"] = sorted(cache.literals)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                data: dict[str, Any] = {"format": FORMAT, "regexes": cache.entries}
-                documents = getattr(cache, "documents", None)
-                if documents is not None:
-                    data["documents"] = documents
-                if cache.literals:
-                    data["literals"] = sorted(cache.literals)
-                json.dump(data, fh)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_cache_file(path, json.dumps(data).encode("utf-8"))
     except OSError:
         return None  # read-only or full: the next start analyses again
     return path
+
+
+def write_cache_file(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` in one step: a reader sees the old file or the
+    new one, never half of one. Not synced to disk: a cache a crash loses is only
+    built again.
+
+    :raises OSError: the directory cannot be made or written.
+    """
+    import tempfile  # only when there is something to write
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=path.suffix, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -190,6 +190,88 @@ def test_a_failed_hyperscan_scan_leaves_the_answers_to_find(fresh: litscan.Liter
     assert index.holds("out of memory") and index.hits("out of memory", 5) == [2, 17]
 
 
+WORDS = [f"word{i:03d}" for i in range(litscan.CACHED_FROM + 20)]
+
+
+def _long_run_scanner(words: list[str]) -> litscan.LiteralScanner:
+    """A fresh scanner at a long run's stage that has learnt ``words`` (its first build)."""
+    litscan.use_scanner(True)
+    made = litscan.scanner()
+    assert made is not None
+    made.seed(words)
+    assert TextIndex("x word007 y word001").holds("word001")
+    return made
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(litscan, "DFA_AFTER", 0)  # every build one for a long run
+    yield tmp_path / "hyperscan"
+    litscan.use_scanner(None)
+
+
+@pytest.fixture
+def compiles(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many literals each Hyperscan compile in the test was given."""
+    import hyperscan
+
+    made: list[int] = []
+    real = hyperscan.Database
+
+    class Counted(real):  # type: ignore[misc, valid-type]
+        def compile(self, *args: object, **kwargs: object) -> None:
+            made.append(int(kwargs.get("elements", 0)))  # type: ignore[call-overload]
+            super().compile(*args, **kwargs)
+
+    monkeypatch.setattr(hyperscan, "Database", Counted)
+    return made
+
+
+@pytest.mark.skipif(not HYPERSCAN, reason="hyperscan is not installed")
+def test_a_long_runs_database_is_compiled_once_and_loaded_by_the_next_run(cache_dir: Path,
+                                                                           compiles: list[int]) -> None:
+    first = _long_run_scanner(WORDS)
+    assert first._built is not None and first._built.first is not None and compiles == [len(WORDS)]
+    assert len(list(cache_dir.glob("*.db"))) == 1
+    second = _long_run_scanner(WORDS)  # the next run: same literals, nothing compiled
+    assert second._built is not None and second._built.first is not None and compiles == [len(WORDS)]
+    text = "word119 and word005, word005 again; no word12 alone"
+    index = TextIndex(text)
+    assert index.which(frozenset(WORDS)) == {"word119", "word005"}
+    assert index.hits("word005", 5) == _all_starts(text, "word005")
+    _long_run_scanner(WORDS + ["word999"])  # other literals: another database
+    assert compiles == [len(WORDS), len(WORDS) + 1] and len(list(cache_dir.glob("*.db"))) == 2
+
+
+@pytest.mark.skipif(not HYPERSCAN, reason="hyperscan is not installed")
+def test_a_damaged_cached_database_is_compiled_again(cache_dir: Path, compiles: list[int]) -> None:
+    _long_run_scanner(WORDS)
+    (stored,) = cache_dir.glob("*.db")
+    stored.write_bytes(stored.read_bytes()[:1000])  # cut short, as a full disk would leave it
+    _long_run_scanner(WORDS)
+    assert compiles == [len(WORDS), len(WORDS)]
+    assert TextIndex("a word042 b").which(frozenset(WORDS)) == {"word042"}
+    _long_run_scanner(WORDS)  # written whole again: loaded
+    assert compiles == [len(WORDS), len(WORDS)]
+
+
+@pytest.mark.skipif(not HYPERSCAN, reason="hyperscan is not installed")
+def test_cached_databases_are_few_and_only_large_ones(cache_dir: Path, compiles: list[int],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    _long_run_scanner(WORDS[: litscan.CACHED_FROM - 1])  # compiles faster than a file is read
+    assert not cache_dir.exists()
+    monkeypatch.setattr(litscan, "CACHED_FILES", 2)
+    for extra in ("a-one", "a-two", "a-three"):
+        _long_run_scanner([*WORDS, extra])
+    assert len(list(cache_dir.glob("*.db"))) == 2  # the oldest went
+    _long_run_scanner([*WORDS, "a-three"])
+    assert len(compiles) == 4  # the newest is still there
+    monkeypatch.setenv("LOOP_RULES_CACHE", "off")
+    _long_run_scanner([*WORDS, "a-four"])
+    assert len(compiles) == 5 and len(list(cache_dir.glob("*.db"))) == 2
+
+
 def test_ahocorasick_only_keeps_hyperscan_out(fresh: litscan.LiteralScanner, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(litscan.ENV, "ahocorasick")
     litscan.use_scanner(None)
