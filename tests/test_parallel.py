@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from loop_core import Engine, parallel
-from loop_core.parallel import WorkerError, WorkerTraceback, engine_map
+from loop_core.forkpool import WorkerTraceback
+from loop_core.parallel import WorkerError, engine_map
 
 ROOT = Path(__file__).resolve().parent.parent
 
