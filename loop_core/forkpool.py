@@ -221,7 +221,12 @@ def _serve(fn: Callable[[Any, Engine], Any], engine: Engine, tasks: int, answers
 
 
 def _error_message(error: Exception, trace: str) -> bytes:
+    """The answer that carries ``error`` to the parent: the exception itself when it
+    survives pickling both ways (an exception class whose ``__init__`` takes other
+    arguments than it stores pickles but does not unpickle), else its text."""
     try:
-        return pickle.dumps((False, (error, trace)), protocol=5)
-    except Exception:  # noqa: BLE001 - an exception that does not pickle travels as its text
+        message = pickle.dumps((False, (error, trace)), protocol=5)
+        pickle.loads(message)
+        return message
+    except Exception:  # noqa: BLE001 - it travels as its text instead
         return pickle.dumps((False, (RuntimeError(f"{type(error).__name__}: {error}"), trace)), protocol=5)

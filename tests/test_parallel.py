@@ -34,6 +34,17 @@ def _boom(item: int, engine: Engine) -> int:
     return item
 
 
+class _TwoPartError(Exception):
+    def __init__(self, what: str, where: str) -> None:  # pickles as args=(message,): does not unpickle
+        super().__init__(f"{what} at {where}")
+
+
+def _odd_error(item: int, engine: Engine) -> int:
+    if item == 5:
+        raise _TwoPartError("bad item", "five")
+    return item
+
+
 def _die(item: int, engine: Engine) -> int:
     if item == 9:
         os._exit(3)  # as a worker the kernel killed would: no answer, no exception
@@ -105,6 +116,12 @@ def test_an_error_in_a_worker_reaches_the_caller(engine: Engine) -> None:
     cause = raised.value.__cause__
     assert isinstance(cause, WorkerTraceback)  # where it happened, as the worker saw it
     assert "in worker process" in str(cause) and "_boom" in str(cause) and "item 7" in str(cause)
+
+
+def test_an_error_that_cannot_travel_reaches_the_caller_as_its_text(engine: Engine) -> None:
+    with pytest.raises(RuntimeError, match="_TwoPartError: bad item at five") as raised:
+        list(engine_map(_odd_error, range(40), engine, jobs=2, chunk=2))
+    assert "_odd_error" in str(raised.value.__cause__)
 
 
 def test_a_worker_that_dies_is_an_error_not_a_hang(engine: Engine, deadline: None) -> None:
