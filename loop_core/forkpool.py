@@ -59,10 +59,10 @@ class ForkPool:
                 stream.flush()
         try:
             pid = os.fork()
-        except OSError:  # no more processes: nothing of this worker may stay open
+        except OSError as e:  # no more processes: nothing of this worker may stay open
             for fd in (tasks_in, tasks_out, answers_in, answers_out):
                 os.close(fd)
-            raise
+            raise WorkerError(f"could not start a worker process: {e.strerror or e}") from e
         if pid == 0:  # the worker: it never returns from here
             os.close(tasks_out)
             os.close(answers_in)

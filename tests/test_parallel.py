@@ -129,6 +129,27 @@ def test_a_worker_that_dies_is_an_error_not_a_hang(engine: Engine, deadline: Non
         list(engine_map(_die, range(40), engine, jobs=2, chunk=2))
 
 
+def test_a_worker_that_cannot_start_is_an_error_and_the_others_stop(engine: Engine,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    real_fork, forked = os.fork, []
+
+    def fork_once() -> int:
+        if forked:  # the second worker: the process table is full
+            raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+        pid = real_fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork_once)
+    with pytest.raises(WorkerError, match="could not start a worker process: Resource temporarily unavailable"):
+        list(engine_map(_tag, range(40), engine, jobs=2, chunk=2))
+    with pytest.raises(ProcessLookupError):  # the worker that did start was stopped and reaped
+        os.kill(forked[0], 0)
+
+
 def test_chunks_and_answers_larger_than_a_pipe_holds(engine: Engine, deadline: None) -> None:
     # 64 KB is a pipe's usual capacity: here every chunk sent and every answer read back
     # is several times that, so a parent that blocked on a write would wait on a worker
