@@ -1124,6 +1124,58 @@ def run_instructions(ctx: Context) -> list[Row]:
     return rows
 
 
+@scenario("jobs-instructions", "how `loop-rules classify --format jsonl --jobs 2` splits its work, counted by "
+                               "callgrind in the parent and in each worker (what it did before the fork, its "
+                               "own after), against `--jobs 1` over the same corpus: the speed-up two "
+                               "uncontended CPUs would give, whatever the machine's spell")
+def jobs_instructions(ctx: Context) -> list[Row]:
+    corpus = ctx.corpus()
+    if shutil.which("valgrind") is None:
+        ctx.log("  valgrind is not installed: instructions not counted")
+        return [Row("instructions: --jobs 2 split", corpus.n, 0.0, "not counted: valgrind is not installed",
+                    rate=False)]
+    argv = [sys.executable, "-c", _CONSOLE, "classify", "--format", "jsonl", os.path.relpath(corpus.root, REPO)]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, check=True)  # warm the caches
+    t0 = time.perf_counter()
+    one = _callgrind([*argv, "--jobs", "1"], env)
+    with tempfile.TemporaryDirectory(prefix="jobs-callgrind-", dir=OUT) as tmp:
+        # Each forked child dumps what it inherited (the parent's count at the fork, file
+        # <pid>.1) before its own work (file <pid>); the parent writes one file.
+        proc = subprocess.run(["valgrind", "--tool=callgrind", "--trace-children=yes",
+                               "--dump-before=PyOS_AfterFork_Child", f"--callgrind-out-file={tmp}/cg.%p",
+                               *argv, "--jobs", "2"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"callgrind run failed ({proc.returncode}): {proc.stderr[-400:]}")
+        counts = {path.name: _callgrind_total(path) for path in Path(tmp).glob("cg.*")}
+    workers = sorted({name.split(".")[1] for name in counts if name.endswith(".1")})
+    parents = [name for name in counts if name.count(".") == 1 and name.split(".")[1] not in workers]
+    if len(workers) != 2 or len(parents) != 1:
+        raise RuntimeError(f"expected a parent and two workers, callgrind wrote {sorted(counts)}")
+    forked = [counts[f"cg.{pid}.1"] for pid in workers]  # the parent's count when each was forked
+    own = [counts[f"cg.{pid}"] for pid in workers]
+    parent_after = counts[parents[0]] - max(forked)
+    # On two CPUs the work after the fork takes at least its larger part and at least half of it all.
+    path = max(forked) + max(max(own), (sum(own) + parent_after) / 2)
+    return [Row("instructions: --jobs 2 split", corpus.n, time.perf_counter() - t0,
+                f"{one / path:.2f}x the speed of --jobs 1 on two uncontended CPUs: --jobs 1 "
+                f"{one / 1e6:,.0f} million instructions; --jobs 2 {max(forked) / 1e6:,.0f} million before "
+                f"the workers start, then {own[0] / 1e6:,.0f} and {own[1] / 1e6:,.0f} million in the workers "
+                f"and {parent_after / 1e6:,.0f} million in the parent beside them (callgrind, PYTHONHASHSEED=0)",
+                {"jobs1": one, "before_fork": max(forked), "workers": own, "parent_after": parent_after,
+                 "split_speedup": one / path}, rate=False)]
+
+
+def _callgrind_total(path: Path) -> int:
+    """The instructions a callgrind output file counts (its ``summary:`` line)."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if line.startswith(("summary:", "totals:")):
+                return int(line.split()[1])
+    raise RuntimeError(f"{path.name}: no summary line")
+
+
 @scenario("breakdown", "CPU per matcher (and per Tier-2 rule) of the default pack, bundles "
                        "in memory, first match wins as in classify")
 def breakdown(ctx: Context) -> list[Row]:
