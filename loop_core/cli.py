@@ -60,8 +60,13 @@ def format_option(*choices: str) -> Callable[[F], F]:
     return deco
 
 
+INTERRUPTED = 130  # the shell's status for a command stopped by Ctrl-C (128 + SIGINT)
+
+
 def _guard(f: F) -> F:
-    """Turn any LoopError escaping a command into one line on stderr."""
+    """Turn any LoopError escaping a command into one line on stderr, and Ctrl-C
+    into one line and status 130 (click's own ``Aborted!`` exits 1, which here
+    means a command that ran and found something)."""
 
     @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -69,6 +74,9 @@ def _guard(f: F) -> F:
             return f(*args, **kwargs)
         except LoopError as e:
             raise LoopClickError(str(e)) from e
+        except KeyboardInterrupt:
+            click.echo("loop-rules: interrupted", err=True)
+            sys.exit(INTERRUPTED)
 
     return wrapper  # type: ignore[return-value]
 

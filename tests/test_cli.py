@@ -181,6 +181,28 @@ def test_a_worker_killed_mid_run_is_one_clear_error(tmp_path: Path, monkeypatch)
     assert "internal error" not in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_is_one_line_and_status_130(tmp_path: Path, monkeypatch, jobs: str) -> None:  # type: ignore[no-untyped-def]
+    from loop_core import batch
+    from loop_core.testing import make_bundle, write_bundle
+
+    for i in range(12):
+        write_bundle(tmp_path / f"model-{i:02d}" / "20260801T000000Z", make_bundle(OOM))
+    real = batch.classify_text
+
+    def interrupted_after_three(*args, **kwargs):  # type: ignore[no-untyped-def]
+        for done, item in enumerate(real(*args, **kwargs)):
+            if done == 3:  # the user presses Ctrl-C
+                raise KeyboardInterrupt
+            yield item
+
+    monkeypatch.setattr(batch, "classify_text", interrupted_after_three)
+    result = invoke("classify", "--format", "jsonl", "--jobs", jobs, str(tmp_path))
+    assert result.exit_code == 130, result.output
+    assert result.stderr == "loop-rules: interrupted\n"
+    assert len(result.stdout.splitlines()) == 3  # the rows printed before it
+
+
 def test_jobs_auto_is_one_per_usable_cpu_and_a_bad_count_is_named(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import loop_core.cli as cli_module
     from loop_core.testing import make_bundle, write_bundle
