@@ -101,7 +101,12 @@ class ForkPool:
                         raise self._death(worker)
                 else:
                     self._write(waiting[fd])
-        ok, value = pickle.loads(payload)
+        try:
+            ok, value = pickle.loads(payload)
+        except Exception as e:  # any unpickling error: named for what it is, not in pickle's words
+            raise RuntimeError(f"worker process {worker.pid} answered with something that cannot be read "
+                               f"back here ({type(e).__name__}: {e}); a plugin's result that does not "
+                               f"unpickle?") from e
         if ok:
             return value  # type: ignore[no-any-return]
         error, trace = value

@@ -45,6 +45,19 @@ def _odd_error(item: int, engine: Engine) -> int:
     return item
 
 
+def _refuse_to_load() -> None:
+    raise ValueError("this class moved")
+
+
+class _Unloadable:
+    def __reduce__(self) -> tuple[object, tuple[()]]:  # pickles; loading it back fails
+        return _refuse_to_load, ()
+
+
+def _unloadable(item: int, engine: Engine) -> object:
+    return _Unloadable() if item == 3 else item
+
+
 def _die(item: int, engine: Engine) -> int:
     if item == 9:
         os._exit(3)  # as a worker the kernel killed would: no answer, no exception
@@ -122,6 +135,12 @@ def test_an_error_that_cannot_travel_reaches_the_caller_as_its_text(engine: Engi
     with pytest.raises(RuntimeError, match="_TwoPartError: bad item at five") as raised:
         list(engine_map(_odd_error, range(40), engine, jobs=2, chunk=2))
     assert "_odd_error" in str(raised.value.__cause__)
+
+
+def test_an_answer_that_cannot_be_read_back_is_named(engine: Engine, deadline: None) -> None:
+    with pytest.raises(RuntimeError, match=r"answered with something that cannot be read back here "
+                                           r"\(ValueError: this class moved\)"):
+        list(engine_map(_unloadable, range(40), engine, jobs=2, chunk=2))
 
 
 def test_a_worker_that_dies_is_an_error_not_a_hang(engine: Engine, deadline: None) -> None:
