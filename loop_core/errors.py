@@ -49,4 +49,5 @@ class TrackerError(LoopError):
 
 
 class WorkerError(LoopError):
-    """A ``--jobs`` worker process ended before answering (killed, out of memory, crashed)."""
+    """A ``--jobs`` worker process could not start, or ended before answering (killed, out of
+    memory, crashed)."""
