@@ -70,6 +70,11 @@ WHOLE_TEXT_BELOW = 512  # a text this short is searched whole: finding windows i
 AFFIX = 8  # characters of a word's start and end kept by TextIndex.affixes
 TOKEN_MIN = 2048  # below this length, scanning a text is cheaper than building its word set
 _FOLDS_TO_ASCII_S = "\u017f"  # LATIN SMALL LETTER LONG S: matches (?i)s, but lower() keeps it
+# The only characters whose lower() is longer than one character (LATIN CAPITAL LETTER I
+# WITH DOT ABOVE) or is ASCII without being ASCII (KELVIN SIGN), in the Unicode tables
+# of the Pythons supported (a test walks every code point to hold this).
+LOWER_GROWS = "\u0130"
+LOWERS_TO_ASCII = "\u212a"
 _NEWLINE = ord("\n")
 _REPEATS = {C.MAX_REPEAT, C.MIN_REPEAT} | ({C.POSSESSIVE_REPEAT} if hasattr(C, "POSSESSIVE_REPEAT") else set())
 # Categories that can match a newline: \s, \W, \D (and their Unicode/locale twins).
@@ -492,21 +497,48 @@ class TextIndex:
     (false for the few texts where ``lower()`` moves characters, or that hold
     LATIN SMALL LETTER LONG S, which matches ``(?i)s`` yet stays as it is).
     Where each literal occurs and the text's words are computed on first use.
+
+    Lower-casing a log costs more than scanning it, so ``low`` is made when
+    first asked for, and not at all where an ASCII literal can be found by
+    reading the text as it is, ignoring the case of ASCII letters: in every
+    exact text without a KELVIN SIGN (which ``lower()`` makes a ``k``) such
+    a read finds what a read of ``low`` does, at the same positions. Those
+    texts (most logs) are scanned by Hyperscan that way (see
+    :meth:`LiteralScanner.scan`), and a literal's every position is found
+    with a case-insensitive search (see :meth:`hits`).
     """
 
-    __slots__ = ("text", "low", "exact", "long", "scannable", "_words", "_affixes", "_first", "_hits", "_scan")
+    __slots__ = ("text", "_low", "exact", "as_is", "long", "scannable", "_words", "_affixes", "_first", "_hits",
+                 "_scan")
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.low = low = text.lower()
-        self.exact = text.isascii() or (len(low) == len(text) and _FOLDS_TO_ASCII_S not in text)
-        self.long = len(low) > TOKEN_MIN  # worth a word set
-        self.scannable = self.exact and bool(low)  # one scan costs about what a few finds do
+        self._low: str | None = None
+        if text.isascii():
+            self.exact = self.as_is = True
+        else:
+            self.exact = LOWER_GROWS not in text and _FOLDS_TO_ASCII_S not in text
+            self.as_is = self.exact and LOWERS_TO_ASCII not in text  # reads as is (see above)
+            if not self.as_is:
+                self._low = text.lower()
+        self.long = len(text) > TOKEN_MIN  # worth a word set
+        self.scannable = self.exact and bool(text)  # one scan costs about what a few finds do
         self._words: frozenset[str] | None = None
         self._affixes: frozenset[str] | None = None
         self._first: dict[str, int] = {}
         self._hits: dict[str, list[int]] = {}
         self._scan: Scan | None = None  # what the literal scanner found
+
+    def _lower(self) -> str:
+        low = self._low
+        if low is None:
+            low = self._low = self.text.lower()
+        return low
+
+    @property
+    def low(self) -> str:
+        """The lower-cased text (made on first use)."""
+        return self._lower()
 
     def scanned(self) -> frozenset[str] | None:
         """The literals one pass of the literal scanner (:mod:`loop_core.litscan`)
@@ -538,7 +570,7 @@ class TextIndex:
         return out
 
     def _read(self, literals: LiteralScanner) -> None:
-        scan = self._scan = literals.scan(self.low) or _NO_SCAN
+        scan = self._scan = literals.scan(self.text, self._lower, as_is=self.as_is) or _NO_SCAN
         if scan.first:
             # In place: a rule walk holds on to ``_first`` while it probes. Only what
             # occurs: a known literal that does not is remembered when first asked for
@@ -636,12 +668,38 @@ class TextIndex:
                 if listed is not None:  # the scan kept every match
                     found = self._hits[literal] = listed[:limit + 1]
                     return found
-                find, at = self.low.find, self._first[literal]
-                while at >= 0 and len(found) <= limit:
-                    found.append(at)
-                    at = find(literal, at + 1)
+                at = self._first[literal]
+                if self._low is None:  # reads as is (see above): spare lower-casing it
+                    search = _caseless(literal).search
+                    while len(found) <= limit:
+                        found.append(at)
+                        m = search(self.text, at + 1)
+                        if m is None:
+                            break
+                        at = m.start()
+                else:
+                    find = self._low.find
+                    while at >= 0 and len(found) <= limit:
+                        found.append(at)
+                        at = find(literal, at + 1)
             self._hits[literal] = found
         return found
+
+
+_CASELESS: dict[str, Any] = {}
+_CASELESS_KEPT = 1024  # patterns kept (a pack's literals are a few hundred)
+
+
+def _caseless(literal: str) -> Any:
+    """``literal`` (lower-cased) as a compiled pattern matching ASCII letters of either
+    case: in a text that reads as is (see :class:`TextIndex`) it matches where
+    ``literal`` occurs in the text lower-cased."""
+    pattern = _CASELESS.get(literal)
+    if pattern is None:
+        if len(_CASELESS) >= _CASELESS_KEPT:
+            _CASELESS.clear()
+        pattern = _CASELESS[literal] = regex.compile(regex.escape(literal), regex.IGNORECASE | regex.ASCII)
+    return pattern
 
 
 # A split pattern's search plan: (alternatives with no literal, ((literal, anchor,
@@ -908,7 +966,7 @@ class GuardedRegex:
             if len(found) > MAX_WINDOWS:
                 return self.compiled.search(text, timeout=timeout)
             hits.extend((at, len(lit)) for at in found)
-        windows = _windows(idx.low, hits, self._reach)
+        windows = _windows(text, hits, self._reach)  # exact: the lower-cased text's lines are the text's
         if windows is None:
             return self.compiled.search(text, timeout=timeout)
         search = self.compiled.search
@@ -919,12 +977,12 @@ class GuardedRegex:
         return None
 
 
-def _windows(low: str, hits: list[tuple[int, int]], reach: int) -> list[tuple[int, int]] | None:
+def _windows(text: str, hits: list[tuple[int, int]], reach: int) -> list[tuple[int, int]] | None:
     """Sorted, disjoint stretches of whole lines that hold every match: the
     lines of each literal hit and ``reach`` lines either side. None means
     "search the whole text" (too many stretches, or most of the text)."""
     out: list[tuple[int, int]] = []
-    rfind, find, size = low.rfind, low.find, len(low)
+    rfind, find, size = text.rfind, text.find, len(text)
     covered = 0
     for at, n in sorted(hits):
         if out and at + n <= out[-1][1] and reach == 0:

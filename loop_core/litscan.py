@@ -14,15 +14,17 @@ The automaton comes from the optional ``ahocorasick_rs`` package
 every literal is looked for with ``find`` as before. Both ways give the same
 positions, and the tests compare them.
 
-A long run's ASCII texts (most logs) are scanned by Hyperscan instead, when
-the optional ``hyperscan`` package is installed (also in the ``fast`` extra,
-where it ships wheels): its SIMD matcher reports each literal's first match only, in
+A long run's texts are scanned by Hyperscan instead, when the optional
+``hyperscan`` package is installed (also in the ``fast`` extra, where it
+ships wheels): its SIMD matcher reports each literal's first match only, in
 about a third of the time the Aho-Corasick DFA takes to report every match
 (45 a log, most of them of a few common words), and the rare literal whose
-every position a windowed search needs is then looked up with ``find`` from
-its first. A database once compiled is loaded back from the cache directory
-by the next run that needs the same one. ``LOOP_RULES_SCANNER=ahocorasick``
-keeps to ``ahocorasick_rs``.
+every position a windowed search needs is then looked up from its first.
+Hyperscan reads most texts as they are (one that is not ASCII as UTF-8),
+ignoring the case of ASCII letters, so they are not lower-cased, which costs
+more than the scan (see ``fastregex.TextIndex``). A database once compiled
+is loaded back from the cache directory by the next run that needs the same
+one. ``LOOP_RULES_SCANNER=ahocorasick`` keeps to ``ahocorasick_rs``.
 
 The scanner learns its literals as they are asked for: a literal looked up
 with ``find`` is added to the automaton at its next rebuild. Rebuilds (a few
@@ -39,7 +41,7 @@ import hashlib
 import importlib
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +52,10 @@ MAX_LITERALS = 8192  # a scanner this full learns no more (its automaton would g
 # Until this many scans, automata are built as NFAs (about a millisecond for 800 literals,
 # scanning at half the speed) while the literals still change; then as DFAs (several ms).
 DFA_AFTER = 64
-# The automaton over every literal, for the few texts that are not ASCII, becomes a DFA
-# only after this many of them: its DFA build (about 15 ms) pays off after some 700
-# such texts (about 20 µs saved on each), and most runs meet a handful of them.
+# Without Hyperscan, the automaton over every literal, for the few texts that are not
+# ASCII, becomes a DFA only after this many of them: its DFA build (about 15 ms) pays
+# off after some 700 such texts (about 20 µs saved on each), and most runs meet a
+# handful of them.
 TEXT_DFA_AFTER = 512
 # Once a DFA is built, a scheduled rebuild waits until the literals it would add have
 # been looked for with find this many times: a few rare ones (asked about only when a
@@ -87,7 +90,7 @@ def _first_match_backend() -> Any:
     is not installed, too old, or ``LOOP_RULES_SCANNER=ahocorasick`` keeps it out."""
     if os.environ.get(ENV, "").lower() == _AHOCORASICK_ONLY:
         return None
-    return _package("hyperscan", ("Database", "Scratch", "HS_MODE_BLOCK", "HS_FLAG_SINGLEMATCH"))
+    return _package("hyperscan", ("Database", "Scratch", "HS_MODE_BLOCK", "HS_FLAG_SINGLEMATCH", "HS_FLAG_CASELESS"))
 
 
 def _first_match_installed() -> bool:
@@ -156,15 +159,43 @@ class Scan:
 
 
 class _FirstMatches:
-    """A Hyperscan database over ASCII literals that reports where each first ends."""
+    """A Hyperscan database over lower-cased ASCII literals that reports where each
+    first ends in a text read ignoring the case of ASCII letters. (A literal with an
+    upper-case letter never occurs in lower-cased text: it is left out, and reported
+    absent.)"""
 
-    __slots__ = ("_backend", "_database", "_lengths", "_local")
+    __slots__ = ("_backend", "_database", "_lengths", "_local", "known", "literals", "numbers", "unknown")
 
     def __init__(self, backend: Any, literals: tuple[str, ...]) -> None:
         self._backend = backend
+        self.literals = literals = tuple(lit for lit in literals if lit == lit.lower())
+        self.numbers = {lit: i for i, lit in enumerate(literals)}
+        self.known = frozenset(literals)
+        self.unknown: dict[frozenset[str], tuple[str, ...]] = {}  # see Scan.unknown_of
         self._database = _database(backend, literals)
         self._lengths = tuple(len(lit) for lit in literals)
         self._local = threading.local()  # a scratch space per thread: two scans at once may not share one
+
+    def scan(self, text: str, built: _Build) -> Scan | None:
+        """The first match of each literal in ``text`` read case-insensitively (the
+        text as it is or lower-cased, see :meth:`LiteralScanner.scan`), at its
+        position in ``text``; None if the scan failed. A text that is not ASCII is
+        read as UTF-8, where no ASCII literal can match inside a character, and the
+        positions found are counted again in characters; only this database's
+        literals were looked for in it."""
+        if text.isascii():
+            found = self.matches(text.encode("ascii"))
+            known, unknown = built.known, built.unknown  # no other literal occurs in ASCII text
+        else:
+            try:
+                data = text.encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate: find answers
+                return None
+            found = self.matches(data)
+            if found is not None:
+                found = _in_characters(data, found)
+            known, unknown = self.known, self.unknown
+        return None if found is None else Scan(known, unknown, self.literals, found, self.numbers, every=False)
 
     def matches(self, data: bytes) -> list[tuple[int, int, int]] | None:
         """``(number, start, end)`` of each literal's first match in ``data``; None if
@@ -179,6 +210,20 @@ class _FirstMatches:
             return None
         lengths = self._lengths
         return [(number, end - lengths[number], end) for number, end in found]
+
+
+def _in_characters(data: bytes, found: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """``found``'s ``(number, start, end)`` byte offsets in the UTF-8 ``data`` as
+    character offsets (each match is of an ASCII literal: as many characters as bytes)."""
+    out = []
+    byte = char = 0
+    for number, start, end in sorted(found, key=lambda m: m[1]):
+        if start > byte:
+            gap = data[byte:start]
+            char += len(gap) if gap.isascii() else len(gap.decode("utf-8"))
+            byte = start
+        out.append((number, char, char + end - start))
+    return out
 
 
 def _database(backend: Any, literals: tuple[str, ...]) -> Any:
@@ -198,10 +243,15 @@ def _database(backend: Any, literals: tuple[str, ...]) -> Any:
             return database
     database = backend.Database(mode=backend.HS_MODE_BLOCK)
     database.compile(expressions=[lit.encode("ascii") for lit in literals], ids=list(range(len(literals))),
-                     elements=len(literals), flags=backend.HS_FLAG_SINGLEMATCH, literal=True)
+                     elements=len(literals), flags=_flags(backend), literal=True)
     if path is not None:
         _store(path, backend.dumpb(database))
     return database
+
+
+def _flags(backend: Any) -> int:
+    """Each literal's Hyperscan flags: its first match only, ASCII letters of either case."""
+    return int(backend.HS_FLAG_SINGLEMATCH | backend.HS_FLAG_CASELESS)
 
 
 def _cache_path(backend: Any, literals: tuple[str, ...]) -> Path | None:
@@ -210,7 +260,7 @@ def _cache_path(backend: Any, literals: tuple[str, ...]) -> Path | None:
     root = cache_dir()
     if root is None:
         return None
-    digest = hashlib.sha256(f"{getattr(backend, '__version__', '?')}\0{backend.HS_FLAG_SINGLEMATCH}\0".encode())
+    digest = hashlib.sha256(f"{getattr(backend, '__version__', '?')}\0{_flags(backend)}\0".encode())
     digest.update("\0".join(literals).encode("ascii"))  # order matters: a match is reported by number
     return root / "hyperscan" / f"{digest.hexdigest()[:32]}.db"
 
@@ -318,10 +368,16 @@ class LiteralScanner:
             self._build()
         self._text_scans = max(self._text_scans, TEXT_DFA_AFTER)
 
-    def scan(self, low: str) -> Scan | None:
-        """Every occurrence in ``low`` of every known literal (a long run's ASCII texts,
-        with Hyperscan: each one's first); None while none is known, or when the
-        scan failed (``find`` answers then)."""
+    def scan(self, text: str, lower: Callable[[], str], *, as_is: bool = False) -> Scan | None:
+        """Every occurrence of every known literal in ``text`` lower-cased (in a long run,
+        with Hyperscan, each one's first); None while none is known, or when the scan
+        failed (``find`` answers then).
+
+        :param lower: gives the text lower-cased, called when the scan reads that.
+        :param as_is: reading ``text`` itself, ignoring the case of ASCII letters, finds
+            what reading it lower-cased does (see ``fastregex.TextIndex``); Hyperscan
+            then reads the text itself, and it is not lower-cased.
+        """
         self._scans += 1
         built = self._built
         pending = len(self._pending)
@@ -334,14 +390,14 @@ class LiteralScanner:
             built = self._build()
         if built is None:
             return None
-        if low.isascii():
+        if built.first is not None:
+            return built.first.scan(text if as_is else lower(), built)
+        if text.isascii():
             numbered, numbers = built.ascii_literals, built.ascii_numbers
-            if built.first is not None:
-                first = built.first.matches(low.encode("ascii"))
-                return None if first is None else Scan(built.known, built.unknown, numbered, first, numbers, every=False)
-            matches = (built.ascii.find_matches_as_indexes(low.encode("ascii"), overlapping=True)
+            matches = (built.ascii.find_matches_as_indexes(lower().encode("ascii"), overlapping=True)
                        if built.ascii is not None else [])
         else:
+            low = lower()
             numbered, numbers = built.literals, built.numbers
             self._text_scans += 1
             dfa = built.dfa and self._text_scans >= TEXT_DFA_AFTER

@@ -47,13 +47,16 @@ def corpus_bundles() -> list[Bundle]:
     return bundles
 
 
-@pytest.fixture(params=["scanner", "find"])
+@pytest.fixture(params=["scanner", "long run", "find"])
 def lookup(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Run a test once with the compiled literal scanner and once with ``str.find``
-    lookups only (:mod:`loop_core.litscan`): both must give the same answers."""
-    if request.param == "scanner" and not litscan.available():
+    """Run a test with the compiled literal scanner as a run starts, as it is in a long
+    run (Hyperscan, when installed, reading texts as they are), and with ``str.find``
+    lookups only (:mod:`loop_core.litscan`): all must give the same answers."""
+    if request.param != "find" and not litscan.available():
         pytest.skip("ahocorasick_rs is not installed (pip install '.[test]' brings it)")
-    litscan.use_scanner(request.param == "scanner")
+    if request.param == "long run":
+        request.getfixturevalue("monkeypatch").setattr(litscan, "DFA_AFTER", 0)
+    litscan.use_scanner(request.param != "find")
     yield request.param
     litscan.use_scanner(None)
 

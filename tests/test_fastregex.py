@@ -285,3 +285,14 @@ def test_compiled_code_for_another_pattern_or_damaged_is_refused() -> None:
     assert fastregex.thaw_compiled("abc+", {**frozen, "sum": "0"}) is None
     assert fastregex.thaw_compiled("abc+", {"args": {"bytes": "%%%"}, "sum": fastregex._checksum({"bytes": "%%%"})}) is None
     assert fastregex.thaw_compiled("abc+", None) is None
+
+
+def test_the_characters_lower_treats_oddly_are_the_ones_named() -> None:
+    # TextIndex reads a text as it is, ignoring the case of ASCII letters, unless it
+    # holds one of these: this Python's Unicode tables must have no others.
+    import sys
+
+    odd_length = [chr(c) for c in range(sys.maxunicode + 1) if len(chr(c).lower()) != 1]
+    to_ascii = [chr(c) for c in range(128, sys.maxunicode + 1) if chr(c).lower().isascii()]
+    assert odd_length == [fastregex.LOWER_GROWS]
+    assert to_ascii == [fastregex.LOWERS_TO_ASCII]

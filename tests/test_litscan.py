@@ -62,25 +62,34 @@ def _all_starts(text: str, literal: str) -> list[int]:
 
 
 # A small alphabet, so literals overlap, nest and repeat; "é" and "█" make some texts non-ASCII.
-PIECES = st.sampled_from(["a", "b", "ab", "ba", "aa", " ", "\n", "é", "█", "out", "of", "memory", "kill"])
+PIECES = ["a", "b", "ab", "ba", "aa", " ", "\n", "é", "█", "out", "of", "memory", "kill"]
+# Texts are written in either case, and hold the characters lower() treats oddly: KELVIN
+# SIGN (lower-cased to "k"), LATIN CAPITAL LETTER I WITH DOT ABOVE (to two characters),
+# LATIN SMALL LETTER LONG S (kept, though it matches (?i)s).
+TEXT_PIECES = st.sampled_from([*PIECES, "OUT", "Of", "MEMORY", "Kill", "AB", "É", "\u212a", "\u0130", "\u017f"])
+# Rules ask for lower-cased literals; an upper-case one never occurs in lower-cased text.
+LITERAL_PIECES = st.sampled_from([*PIECES, "KILL"])
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(texts=st.lists(st.lists(PIECES, max_size=80).map("".join), min_size=1, max_size=4),
-       literals=st.lists(st.lists(PIECES, min_size=1, max_size=4).map("".join), min_size=1, max_size=12))
-def test_every_lookup_equals_find(staged: litscan.LiteralScanner, texts: list[str], literals: list[str]) -> None:
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts=st.lists(st.lists(TEXT_PIECES, max_size=80).map("".join), min_size=1, max_size=4),
+       literals=st.lists(st.lists(LITERAL_PIECES, min_size=1, max_size=4).map("".join), min_size=1, max_size=12))
+def test_every_lookup_equals_find_in_the_lower_cased_text(staged: litscan.LiteralScanner, texts: list[str],
+                                                           literals: list[str]) -> None:
     # Texts are read one after another, so later ones are scanned by an automaton
     # that has learnt the literals earlier ones looked for with find.
     for text in texts:
         index = TextIndex(text)
+        low = text.lower()
         for literal in literals:
-            starts = _all_starts(text, literal)
+            starts = _all_starts(low, literal)
             assert index.holds(literal) == bool(starts), (text, literal)
             assert index.hits(literal, 3) == starts[:4], (text, literal)
         wanted = frozenset(literals)
-        assert index.holds_any_of(wanted, [(lit, None) for lit in literals]) == any(lit in text for lit in literals)
+        assert index.holds_any_of(wanted, [(lit, None) for lit in literals]) == any(lit in low for lit in literals)
         if index.scanned() is not None:
-            assert index.which(wanted) == {lit for lit in literals if lit in text}
+            assert index.which(wanted) == {lit for lit in literals if lit in low}
+        assert index.low == low
 
 
 def test_a_literal_first_met_with_find_is_scanned_for_later(fresh: litscan.LiteralScanner) -> None:
@@ -164,11 +173,18 @@ def test_a_long_run_scans_ascii_texts_for_first_matches_with_hyperscan(fresh: li
     assert index.which(frozenset(["out of memory", "killed", "cubin"])) == {"out of memory"}
     assert index._scan is not None and not index._scan.every
     assert index._scan.first == {"out of memory": 2} and index._scan.positions("out of memory") is None
-    assert index.hits("out of memory", 5) == [2, 18]  # every start, found from the first with find
-    # A text that is not ASCII is still read by the Aho-Corasick automaton, every match kept.
-    other = TextIndex("\u00e9 out of memory, out of memory")
-    assert other.which(frozenset(["out of memory"])) == {"out of memory"}
-    assert other._scan is not None and other._scan.every and other._scan.positions("out of memory") == [2, 17]
+    assert index.hits("out of memory", 5) == [2, 18]  # every start, found from the first
+    # Texts are read as they are, ignoring case, and never lower-cased: a text that is
+    # not ASCII as UTF-8, its positions counted in characters.
+    other = TextIndex("\u00e9\u2588 Out of Memory, OUT OF MEMORY \u2588 killed")
+    assert other.which(frozenset(["out of memory", "killed"])) == {"out of memory", "killed"}
+    assert other._scan is not None and other._scan.first == {"out of memory": 3, "killed": 34}
+    assert other.hits("out of memory", 5) == [3, 18]
+    assert index._low is None and other._low is None
+    # A KELVIN SIGN is a "k" once lower-cased, which a case-insensitive read of ASCII
+    # letters misses: such a text is lower-cased and that read.
+    kelvin = TextIndex("\u212aILLED, \u212ailled")
+    assert kelvin.which(frozenset(["killed"])) == {"killed"} and kelvin.hits("killed", 5) == [0, 8]
 
 
 @pytest.mark.skipif(not HYPERSCAN, reason="hyperscan is not installed")
@@ -287,8 +303,10 @@ def test_ahocorasick_only_keeps_hyperscan_out(fresh: litscan.LiteralScanner, mon
 
 def test_the_automaton_for_other_texts_becomes_a_dfa_only_after_many_of_them(
         fresh: litscan.LiteralScanner, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Texts that are not ASCII are rare: their automaton over every literal is a quick
-    # NFA until TEXT_DFA_AFTER of them were scanned, with the same answers either way.
+    # Without Hyperscan, texts that are not ASCII (rare) have an automaton of their own over
+    # every literal: a quick NFA until TEXT_DFA_AFTER of them were scanned, with the same
+    # answers either way.
+    monkeypatch.setenv(litscan.ENV, "ahocorasick")
     monkeypatch.setattr(litscan, "TEXT_DFA_AFTER", 8)
     for i in range(litscan.DFA_AFTER + 1):
         assert TextIndex(f"line {i}: cuda out of memory, killed").holds("out of memory")

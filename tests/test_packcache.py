@@ -299,13 +299,13 @@ def test_with_and_without_the_literal_scanner_the_analyses_are_kept_apart(cache:
     # each mode restores its own, and both classify alike.
     from loop_core import litscan
 
-    other = lookup != "scanner"
+    scanning = lookup != "find"
     first = _verdicts(_build(pack))
-    litscan.use_scanner(other)
+    litscan.use_scanner(not scanning)
     try:
         second = _verdicts(_build(pack))
     finally:
-        litscan.use_scanner(lookup == "scanner")
+        litscan.use_scanner(scanning)
     assert len(list((cache / "packs").glob("*.json"))) == 2
     assert first == second
     assert _verdicts(_build(pack)) == first  # restored from the first mode's file
