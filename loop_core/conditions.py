@@ -359,8 +359,11 @@ class Select(Condition):
         if op == "contains":
             mode, lits = self.operand
             if isinstance(value, str):
-                hay = view.lowered(value) if self.ignore_case else value
-                found = [lit for lit in lits if lit in hay]
+                if self.ignore_case:  # the literals are lower-cased: look them up in the text's index
+                    holds = view.index(value).holds
+                    found = [lit for lit in lits if holds(lit)]
+                else:
+                    found = [lit for lit in lits if lit in value]
             elif isinstance(value, list):
                 items = {(str(v).lower() if self.ignore_case else v) for v in value if isinstance(v, str)}
                 found = [lit for lit in lits if lit in items]

@@ -267,10 +267,6 @@ class View:
             hit = self._indexes[id(text)] = TextIndex(text)
         return hit
 
-    def lowered(self, text: str) -> str:
-        """``text.lower()``, computed once per text object for all rules that need it."""
-        return self.index(text).low
-
     def signal(self, name: str) -> Any:
         value = self._signals.get(name, _MISSING)
         if value is _MISSING:
