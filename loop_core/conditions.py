@@ -77,6 +77,11 @@ class Condition:
         """
         return None
 
+    def lookups(self) -> frozenset[str]:
+        """The literals evaluating the condition may look up in a text's index (a
+        case-insensitive ``contains``): the literal scanner learns them up front."""
+        return frozenset()
+
 
 @dataclass(frozen=True, slots=True)
 class ConditionKind:
@@ -213,6 +218,9 @@ class All(Condition):
             return None
         return min(found, key=lambda ns: (sum(n.anchor is None for n in ns), len(ns)))
 
+    def lookups(self) -> frozenset[str]:
+        return frozenset().union(*(item.lookups() for item in self.items))
+
 
 @dataclass(frozen=True, slots=True)
 class Any_(Condition):
@@ -237,6 +245,9 @@ class Any_(Condition):
             out.extend(found)
         return tuple(out)
 
+    def lookups(self) -> frozenset[str]:
+        return frozenset().union(*(item.lookups() for item in self.items))
+
 
 @dataclass(frozen=True, slots=True)
 class Not(Condition):
@@ -248,6 +259,9 @@ class Not(Condition):
     def explain(self, view: View) -> Trace:
         child = self.item.explain(view)
         return Trace("not", not child.matched, children=(child,))
+
+    def lookups(self) -> frozenset[str]:
+        return self.item.lookups()
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +344,11 @@ class Select(Condition):
             lowered = [lit.lower() for lit in lits]
             return Need.of(self.selector, lowered if mode == "any" else [max(lowered, key=len)])
         return None
+
+    def lookups(self) -> frozenset[str]:
+        if self.op == "contains" and self.ignore_case:
+            return frozenset(self.operand[1])  # lower-cased at load
+        return frozenset()
 
     def _check(self, view: View, values: list[Any]) -> tuple[bool, str]:
         op = self.op

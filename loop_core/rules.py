@@ -170,7 +170,8 @@ class RulePack:
 
     def _literals(self) -> frozenset[str]:
         """Every literal a search or the rule index of this pack may look up: those of
-        its regexes' analyses (alternatives included) and of its rules' needs."""
+        its regexes' analyses (alternatives included), of its rules' needs and of the
+        lookups their conditions make (``contains``)."""
         out: set[str] = set()
         stack = list(self.regexes.entries.values())
         while stack:
@@ -182,6 +183,7 @@ class RulePack:
             stack.extend(sub for _piece, sub in data.get("branches") or ())
         for rule in self.rules:
             out.update(need.literal for need in rule.when.needs() or ())
+            out.update(rule.when.lookups())
         return frozenset(out)
 
     def candidates(self, view: View) -> Iterator[Rule]:

@@ -134,6 +134,36 @@ def test_what_a_run_learnt_seeds_the_next_starts_scanner(cache: Path, pack: Path
         litscan.use_scanner(None)
 
 
+def test_the_literals_a_contains_looks_up_are_kept(cache: Path, pack: Path) -> None:
+    # A case-insensitive `contains` beside a regex is not what the rule index keys the
+    # rule on, yet it asks the text's index for its literals: a start must seed them
+    # too, or every run teaches them to its scanner again (a rebuild each time).
+    from loop_core import litscan
+    from loop_core.testing import make_bundle
+
+    if not litscan.available():
+        pytest.skip("ahocorasick_rs is not installed")
+    (pack / "05-widget.yml").write_text(
+        "rules:\n  - id: widget-broke\n    class: kernel-unsupported\n    description: d\n"
+        "    when:\n      all:\n"
+        "        - {select: $.signal.all_text, ignore_case: true, contains: [Zorblax Widget, Quuxo Widget, Flim, Flam]}\n"
+        "        - {select: $.signal.all_text, regex: '(?i)widget failed'}\n"
+        "    examples: {match: ['ZORBLAX WIDGET failed'], no_match: ['zorblax widget ok']}\n", encoding="utf-8")
+    litscan.use_scanner(True)
+    try:
+        engine = _build(pack)
+        for text in ("Quuxo widget failed", "ZORBLAX WIDGET failed", "a widget failed"):
+            engine.classify(make_bundle(f"RuntimeError: {text}"))
+        assert engine.classify(make_bundle("RuntimeError: Zorblax Widget failed")).matched_rule == "widget-broke"
+        assert engine.classify(make_bundle("RuntimeError: a widget failed")).matched_rule != "widget-broke"
+        engine.pack.remember_literals()
+        (path,) = (cache / "packs").glob("*.json")
+        kept = set(json.loads(path.read_text(encoding="utf-8"))["literals"])
+        assert {"zorblax widget", "quuxo widget"} <= kept
+    finally:
+        litscan.use_scanner(None)
+
+
 def test_another_packs_literals_are_not_kept(cache: Path, pack: Path, tmp_path: Path) -> None:
     from loop_core import litscan
     from loop_core.batch import classify_rows
