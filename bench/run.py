@@ -24,6 +24,7 @@ repeats). Registration order is run order.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import hashlib
 import importlib.util
@@ -38,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -1041,6 +1042,17 @@ for _ in range(passes):
 INSTRUCTION_BUNDLES = 300
 
 
+@contextlib.contextmanager
+def _counting_env(extra: dict[str, str] | None = None) -> Iterator[dict[str, str]]:
+    """The environment of a count: fixed hashing, so that two counts of the same code
+    agree to the instruction, and a cache directory of its own, which the scenario
+    warms before counting. (Counted against the user's cache, a count depended on
+    what earlier runs had left there: a Hyperscan database compiled or loaded, the
+    literals a start is seeded with.)"""
+    with tempfile.TemporaryDirectory(prefix="callgrind-cache-", dir=OUT) as cache:
+        yield {**os.environ, "PYTHONHASHSEED": "0", "LOOP_RULES_CACHE_DIR": cache, **(extra or {})}
+
+
 def _instructions(root: Path, n: int, passes: int, env: dict[str, str]) -> int:
     """Instructions callgrind counts for :data:`_PASSES` over ``n`` bundles."""
     return _callgrind([sys.executable, "-c", _PASSES, str(root), str(n), str(passes)], env)
@@ -1075,12 +1087,11 @@ def instructions(ctx: Context) -> list[Row]:
     elif "hyperscan" in litscan.describe():
         modes.insert(1, ("ahocorasick_rs only", "ahocorasick"))
     for label, value in modes:
-        # Fixed hashing, so two counts of the same code agree to the instruction.
-        env = {**os.environ, "PYTHONHASHSEED": "0", litscan.ENV: value}
-        subprocess.run([sys.executable, "-c", _PASSES, str(corpus.root), str(n), "1"], cwd=REPO,
-                       env=env, check=True)  # write the pack and byte-code caches, untimed
-        t0 = time.perf_counter()
-        one, three = (_instructions(corpus.root, n, passes, env) for passes in (1, 3))
+        with _counting_env({litscan.ENV: value}) as env:
+            # Seeded, as any start is, by what earlier runs over the corpus learnt.
+            _warm([sys.executable, "-c", _CONSOLE, "classify", "--format", "jsonl", str(corpus.root)], env)
+            t0 = time.perf_counter()
+            one, three = (_instructions(corpus.root, n, passes, env) for passes in (1, 3))
         per_bundle = (three - one) / (2 * n)
         rows.append(Row(f"instructions per bundle ({label})", n, time.perf_counter() - t0,
                         f"{per_bundle / 1e6:.3f} million instructions per bundle of a warmed pass over "
@@ -1104,24 +1115,31 @@ def run_instructions(ctx: Context) -> list[Row]:
         ctx.log("  valgrind is not installed: instructions not counted")
         return [Row("instructions: run", corpus.n, 0.0, "not counted: valgrind is not installed", rate=False)]
     argv = [sys.executable, "-c", _CONSOLE, "run", os.path.relpath(corpus.root, REPO), "--format", "json"]
-    env = {**os.environ, "PYTHONHASHSEED": "0"}  # fixed hashing: two counts of the same code agree
     cases = (("run (sqlite)", (), True), ("run (sqlite), replay", (), False), ("run --dry-run", ("--dry-run",), True))
     rows = []
-    try:
-        _set_aside_state(corpus.root)
-        subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, check=True)  # warm the caches
-        for label, extra, fresh in cases:
-            if fresh:
-                _set_aside_state(corpus.root)
-            t0 = time.perf_counter()
-            count = _callgrind([*argv, *extra], env)
-            rows.append(Row(f"instructions: {label}", corpus.n, time.perf_counter() - t0,
-                            f"{count / 1e6:,.1f} million instructions, the whole process "
-                            f"({count / corpus.n / 1e6:.3f} million a bundle, start-up included; "
-                            f"callgrind, PYTHONHASHSEED=0)", {"instructions": count}, rate=False))
-    finally:
-        _set_aside_state(corpus.root)
+    with _counting_env() as env:
+        _warm([*argv, "--dry-run"], env)
+        try:
+            for label, extra, fresh in cases:
+                if fresh:
+                    _set_aside_state(corpus.root)
+                t0 = time.perf_counter()
+                count = _callgrind([*argv, *extra], env)
+                rows.append(Row(f"instructions: {label}", corpus.n, time.perf_counter() - t0,
+                                f"{count / 1e6:,.1f} million instructions, the whole process "
+                                f"({count / corpus.n / 1e6:.3f} million a bundle, start-up included; "
+                                f"callgrind, PYTHONHASHSEED=0)", {"instructions": count}, rate=False))
+        finally:
+            _set_aside_state(corpus.root)
     return rows
+
+
+def _warm(argv: Sequence[str], env: dict[str, str]) -> None:
+    """Run ``argv`` twice, untimed: the byte-code and pack caches written, the literals
+    a run learns kept for the next start and the Hyperscan database over them stored,
+    as they are for any later run."""
+    for _ in range(2):
+        subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, check=True)
 
 
 @scenario("jobs-instructions", "how `loop-rules classify --format jsonl --jobs 2` splits its work, counted by "
@@ -1135,11 +1153,10 @@ def jobs_instructions(ctx: Context) -> list[Row]:
         return [Row("instructions: --jobs 2 split", corpus.n, 0.0, "not counted: valgrind is not installed",
                     rate=False)]
     argv = [sys.executable, "-c", _CONSOLE, "classify", "--format", "jsonl", os.path.relpath(corpus.root, REPO)]
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    subprocess.run(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, check=True)  # warm the caches
-    t0 = time.perf_counter()
-    one = _callgrind([*argv, "--jobs", "1"], env)
-    with tempfile.TemporaryDirectory(prefix="jobs-callgrind-", dir=OUT) as tmp:
+    with _counting_env() as env, tempfile.TemporaryDirectory(prefix="jobs-callgrind-", dir=OUT) as tmp:
+        _warm(argv, env)
+        t0 = time.perf_counter()
+        one = _callgrind([*argv, "--jobs", "1"], env)
         # Each forked child dumps what it inherited (the parent's count at the fork, file
         # <pid>.1) before its own work (file <pid>); the parent writes one file.
         proc = subprocess.run(["valgrind", "--tool=callgrind", "--trace-children=yes",
