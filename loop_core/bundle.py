@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BundleError
+from .pickling import pickled_by_fields
 
 __all__ = [
     "BUNDLE_FILES",
@@ -85,6 +86,7 @@ class ReadLimits:
     max_depth: int = DEFAULT_MAX_DEPTH
 
 
+@pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Bundle:
     """One validated capture bundle.

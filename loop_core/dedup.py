@@ -35,6 +35,7 @@ from .keys import (
     error_source,
     normalize_text,
 )
+from .pickling import pickled_by_fields
 from .verdict import Classification
 
 __all__ = [
@@ -308,6 +309,7 @@ def canonical_payload(bundle: Bundle, key: DedupKey, digest: str | None = None) 
     }
 
 
+@pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Occurrence:
     """One submission of a failure: what a +1 counts, keyed by ``submission``."""
@@ -341,6 +343,7 @@ def occurrence_of(bundle: Bundle) -> Occurrence:
     return Occurrence(submission, m.get("utc_ts"), m.get("club3090_commit"), str(bundle.path))
 
 
+@pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class IssueDraft:
     """Everything a tracker needs to open or count one deduplicated issue."""

@@ -50,6 +50,7 @@ from .engine import Engine
 from .errors import BundleError
 from .keys import dedup_key
 from .parallel import engine_map
+from .pickling import pickled_by_fields
 from .trackers import (
     BATCH,
     FileAction,
@@ -73,11 +74,16 @@ def is_failure(bundle: Bundle) -> bool:
     return not view.signal("download_ok") or not view.signal("boot_ok") or bool(view.signal("red_caps"))
 
 
+@pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Processed:
-    """One bundle after the pure part of the pipeline (picklable, for worker processes)."""
+    """One bundle after the pure part of the pipeline (picklable, for worker processes).
 
-    path: Path
+    ``path`` is the bundle directory as the caller gave it: a worker is given
+    text, and its answer carries no ``Path`` for the parent to parse again.
+    """
+
+    path: str | Path
     error: str | None = None
     verdict: Classification | None = None
     failure: bool = False
@@ -88,7 +94,7 @@ class Processed:
     counted: bool = False  # a fileable failure the tracker had already counted: not drafted
 
 
-def process_bundle(path: Path, engine: Engine, limits: ReadLimits | None = None, *,
+def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None = None, *,
                    prepare: bool = True, counted: Callable[[str, str], bool] | None = None) -> Processed:
     """Read and classify one bundle and prepare what the tracker needs; never raises for bad input.
 
@@ -190,17 +196,17 @@ REVIEW_STALL = 0.01
 
 
 def _process(path: str | Path, engine: Engine) -> Processed:
-    return process_bundle(Path(path), engine)
+    return process_bundle(path, engine)
 
 
 def _process_for_dry_run(path: str | Path, engine: Engine) -> Processed:
-    return process_bundle(Path(path), engine, prepare=False)
+    return process_bundle(path, engine, prepare=False)
 
 
 def _process_asking(counted: Callable[[str, str], bool]) -> Callable[[str | Path, Engine], Processed]:
     """:func:`_process`, asking the tracker first (in this process only: workers have no tracker)."""
     def process(path: str | Path, engine: Engine) -> Processed:
-        return process_bundle(Path(path), engine, counted=counted)
+        return process_bundle(path, engine, counted=counted)
     return process
 
 

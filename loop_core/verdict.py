@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from .pickling import pickled_by_fields
+
 __all__ = ["Classification", "FailureClass", "Match", "Tier", "coerce_class"]
 
 
@@ -60,6 +62,7 @@ class Match:
     tier1_inputs: dict[str, Any] | None = None
 
 
+@pickled_by_fields
 @dataclass(frozen=True, slots=True)
 class Classification:
     """The verdict for one bundle (CONTRACTS §3.2), plus provenance."""

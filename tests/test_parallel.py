@@ -220,3 +220,40 @@ def test_what_the_parent_had_buffered_is_written_once(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout == "parent before;parent after"
     assert sorted(done.stderr.split(";")[:-1]) == sorted(f"worker {i}" for i in range(8))
+
+
+def test_what_workers_send_back_loads_as_it_was(engine: Engine) -> None:
+    # Verdicts, drafts, occurrences, review payloads and anchors pickle as their
+    # constructors' calls (loop_core.pickling): every field must come back.
+    import dataclasses
+    import pickle
+
+    from loop_core.batch import discover_bundle_paths
+    from loop_core.pipeline import process_bundle
+
+    examples = Path(__file__).parent.parent / "examples" / "pull-captures"
+    sent = [process_bundle(path, engine) for path in discover_bundle_paths([examples])]
+    assert any(p.draft for p in sent) and any(p.anchor for p in sent) and any(p.review for p in sent)
+    assert any(p.error for p in sent) and all(isinstance(p.path, str) for p in sent)
+    back = pickle.loads(pickle.dumps(sent, protocol=pickle.HIGHEST_PROTOCOL))
+    assert back == sent
+    for before, after in zip(sent, back):
+        for name in ("verdict", "draft", "occurrence", "anchor"):
+            value = getattr(before, name)
+            if value is not None:
+                assert dataclasses.astuple(getattr(after, name)) == dataclasses.astuple(value)
+                assert type(getattr(after, name)) is type(value)
+
+
+def test_a_dataclass_with_a_field_outside_init_is_not_pickled_by_fields() -> None:
+    import dataclasses
+
+    from loop_core.pickling import pickled_by_fields
+
+    @dataclasses.dataclass(frozen=True)
+    class Derived:
+        a: int
+        b: int = dataclasses.field(init=False, default=0)
+
+    with pytest.raises(TypeError, match="outside __init__"):
+        pickled_by_fields(Derived)
