@@ -380,23 +380,25 @@ class Context:
 # --------------------------------------------------------------------------- scenarios
 
 
-@scenario("parse-floor", "open + read + json.loads of exactly the files read_bundle reads")
+@scenario("parse-floor", "open + read + parse of exactly the files read_bundle reads, with the "
+                         "parser it tries first (orjson when installed, else json.loads)")
 def parse_floor(ctx: Context) -> list[Row]:
-    from loop_core.bundle import BUNDLE_FILES
+    from loop_core.bundle import BUNDLE_FILES, FAST_LOADS
 
     corpus = ctx.corpus()
     files = [os.path.join(d, name) for d in corpus.dirs for name in BUNDLE_FILES
              if os.path.isfile(os.path.join(d, name))]
+    loads = FAST_LOADS or json.loads
 
     def run() -> None:
-        loads = json.loads
         for path in files:
             with open(path, "rb") as fh:
                 loads(fh.read())
 
     t = ctx.timed(run)
-    return [Row("parse-floor", corpus.n, t.seconds, f"{len(files):,} files; {t.describe()}",
-                {**t.extra(), "files": len(files)})]
+    parser = "json.loads" if loads is json.loads else f"{getattr(loads, '__module__', '?')}.loads"
+    return [Row("parse-floor", corpus.n, t.seconds, f"{len(files):,} files, {parser}; {t.describe()}",
+                {**t.extra(), "files": len(files), "parser": parser})]
 
 
 @scenario("read", "read_bundle() over every bundle directory (strict validation included)")
@@ -1264,6 +1266,19 @@ def _scanner() -> str:
         return found
 
 
+def _json_parser() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from loop_core.bundle import FAST_LOADS
+
+    if FAST_LOADS is None:
+        return "json"
+    try:
+        return f"orjson {version('orjson')}"
+    except PackageNotFoundError:  # pragma: no cover - importable but not installed as a distribution
+        return "orjson"
+
+
 def machine() -> dict[str, Any]:
     return {
         "python": platform.python_version(),
@@ -1370,6 +1385,7 @@ def main(argv: list[str] | None = None) -> int:
         "loop_rules": _version(),
         "commit": _commit(),
         "literal_scanner": _scanner(),
+        "json_parser": _json_parser(),
         "loadavg_start": load_start,
         "loadavg_end": _loadavg(),
     }
@@ -1381,7 +1397,7 @@ def main(argv: list[str] | None = None) -> int:
             f"Python {meta['python']} on {meta['system']}, "
             f"{meta['cpus']} CPUs; corpus {meta['corpus']} ({n:,} bundles, {len(files):,} files, "
             f"{size / 1e6:.1f} MB, seed {args.seed}); literal scanner: {meta['literal_scanner']}; "
-            f"warm page cache; 1-min load average "
+            f"JSON parser: {meta['json_parser']}; warm page cache; 1-min load average "
             f"{meta['loadavg_start']} at start, {meta['loadavg_end']} at end\n"
         )
         print(markdown(rows))

@@ -84,16 +84,18 @@ def _guard(f: F) -> F:
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
+    from .bundle import describe_json_parser
     from .litscan import describe
 
     click.echo(f"loop-rules, version {__version__}")
     click.echo(f"literal scanner: {describe()}")
+    click.echo(f"JSON parser: {describe_json_parser()}")
     ctx.exit()
 
 
 @click.group(context_settings=CONTEXT_SETTINGS)
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_show_version,
-              help="Show the version, and the literal scanner in use, and exit.")
+              help="Show the version, the literal scanner and JSON parser in use, and exit.")
 def cli() -> None:
     """Classify, trust and deduplicate LLM-serving capture bundles.
 

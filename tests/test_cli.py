@@ -49,6 +49,16 @@ def test_version_names_the_literal_scanner(monkeypatch: pytest.MonkeyPatch) -> N
         litscan.use_scanner(None)
 
 
+def test_version_names_the_json_parser(monkeypatch: pytest.MonkeyPatch) -> None:
+    import loop_core.bundle
+
+    if loop_core.bundle.FAST_LOADS is not None:
+        assert invoke("--version").output.splitlines()[2] == "JSON parser: orjson, json for what it does not take"
+    monkeypatch.setattr(loop_core.bundle, "FAST_LOADS", None)  # as without the fast extra
+    assert invoke("--version").output.splitlines()[2] == (
+        'JSON parser: json (orjson is not installed: pip install "loop-rules[fast]")')
+
+
 def test_classify_jsonl_carries_the_output_contract(bundle_dir) -> None:  # type: ignore[no-untyped-def]
     path = bundle_dir(OOM)
     result = invoke("classify", "--format", "jsonl", str(path))
