@@ -192,11 +192,11 @@ def _escape_html(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def fence(text: str, info: str = "") -> str:
+def fence(text: str) -> str:
     """A fenced code block that ``text`` cannot break out of (CommonMark: a longer fence)."""
     longest = max((len(m.group()) for m in _BACKTICKS.finditer(text)), default=0)
     ticks = "`" * max(3, longest + 1)
-    return f"{ticks}{info}\n{text}\n{ticks}"
+    return f"{ticks}\n{text}\n{ticks}"
 
 
 def _fenced_within(text: str, room: int) -> str:

@@ -45,6 +45,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from .envflags import switched_off
+
 __all__ = ["LiteralScanner", "Scan", "ENV", "MAX_LITERALS", "available", "describe", "scanner", "use_scanner"]
 
 ENV = "LOOP_RULES_SCANNER"
@@ -67,7 +69,6 @@ LATE_MISSES = 1024
 # 11-25 ms, loading it back 0.1 ms. A smaller one compiles faster than a file is read.
 CACHED_FROM = 100
 CACHED_FILES = 8  # databases kept there; the least recently used go first
-_OFF = ("off", "0", "no", "false")
 _AHOCORASICK_ONLY = "ahocorasick"
 
 
@@ -457,7 +458,7 @@ def scanner() -> LiteralScanner | None:
         return _STATE["scanner"]  # type: ignore[no-any-return]
     except KeyError:
         pass
-    backend = None if os.environ.get(ENV, "").lower() in _OFF else _backend()
+    backend = None if switched_off(ENV) else _backend()
     made = _STATE["scanner"] = None if backend is None else LiteralScanner(backend)
     return made
 

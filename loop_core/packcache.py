@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from .__version__ import __version__
+from .envflags import switched_off
 from .fastregex import RegexCache, strings_limit
 
 __all__ = ["PackCache", "cache_dir", "load", "save", "write_cache_file"]
@@ -53,7 +54,7 @@ _CODE_KEY: str | None = None
 
 def cache_dir() -> Path | None:
     """Where pack caches live, or None when the cache is off."""
-    if os.environ.get("LOOP_RULES_CACHE", "").lower() in ("off", "0", "no", "false"):
+    if switched_off("LOOP_RULES_CACHE"):
         return None
     explicit = os.environ.get("LOOP_RULES_CACHE_DIR")
     if explicit:

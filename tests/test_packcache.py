@@ -309,10 +309,18 @@ def test_an_invalid_pack_writes_no_cache(cache: Path, pack: Path) -> None:
     assert not (cache / "packs").exists()
 
 
-def test_the_cache_can_be_turned_off(cache: Path, pack: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LOOP_RULES_CACHE", "off")
+@pytest.mark.parametrize("value", ["off", "0", "No", "FALSE"])
+def test_the_cache_can_be_turned_off(cache: Path, pack: Path, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("LOOP_RULES_CACHE", value)
     _build(pack)
     assert not cache.exists()
+
+
+@pytest.mark.parametrize("value", ["", "on", "1", "offline"])
+def test_other_values_leave_the_cache_on(cache: Path, pack: Path, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("LOOP_RULES_CACHE", value)
+    _build(pack)
+    assert list((cache / "packs").iterdir())
 
 
 def test_an_unwritable_cache_directory_only_costs_speed(tmp_path: Path, pack: Path,
