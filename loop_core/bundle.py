@@ -441,6 +441,9 @@ def _fast_decode(loads: Callable[[str], Any], text: str, bound: int) -> dict[str
         return None
     if type(doc) is not dict:
         return None
+    # _value_shape's walk, without its look at every string and key: orjson refused
+    # every lone surrogate already, and those looks cost 9 of the 20 us a bundle
+    # orjson saves. It looks at floats instead.
     seen = 0
     stack: list[tuple[Any, int]] = [(doc, 1)]
     while stack:
