@@ -401,9 +401,10 @@ def parse_floor(ctx: Context) -> list[Row]:
                 {**t.extra(), "files": len(files), "parser": parser})]
 
 
-@scenario("read", "read_bundle() over every bundle directory (strict validation included)")
+@scenario("read", "read_bundle() over every bundle directory (strict validation included); where "
+                  "orjson parses, again with json alone")
 def read(ctx: Context) -> list[Row]:
-    from loop_core import read_bundle
+    from loop_core import bundle, read_bundle
 
     corpus = ctx.corpus()
     dirs = corpus.dirs
@@ -414,8 +415,18 @@ def read(ctx: Context) -> list[Row]:
 
     t = ctx.timed(run)
     ratio = t.seconds / ctx.floor_seconds()
-    return [Row("read", corpus.n, t.seconds, f"{ratio:.1f}x the floor; {t.describe()}",
+    rows = [Row("read", corpus.n, t.seconds, f"{ratio:.1f}x the floor; {t.describe()}",
                 {**t.extra(), "vs_floor": ratio})]
+    if bundle.FAST_LOADS is not None:  # the same, parsing with json alone (LOOP_RULES_ORJSON=off)
+        fast, bundle.FAST_LOADS = bundle.FAST_LOADS, None
+        try:
+            plain = ctx.timed(run)
+        finally:
+            bundle.FAST_LOADS = fast
+        rows.append(Row("read, json alone", corpus.n, plain.seconds,
+                        f"LOOP_RULES_ORJSON=off: {plain.seconds / t.seconds:.2f}x the time with orjson; "
+                        f"{plain.describe()}", {**plain.extra(), "vs_orjson": plain.seconds / t.seconds}))
+    return rows
 
 
 @scenario("classify", "Engine.classify over bundles already in memory, default and reference packs, "

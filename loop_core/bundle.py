@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .envflags import switched_off
 from .errors import BundleError
 from .pickling import pickled_by_fields
 
@@ -82,7 +83,12 @@ VALUE_CHECK_CHARS = 2048
 VALUE_CHECK_CONTAINERS = 512
 
 
+ORJSON_ENV = "LOOP_RULES_ORJSON"  # off: parse with json alone (same results, slower)
+
+
 def _orjson() -> Callable[[str], Any] | None:
+    if switched_off(ORJSON_ENV):
+        return None
     try:  # the `fast` extra: the same documents, parsed in about half the time (see _fast_decode)
         from orjson import loads
     except ImportError:  # pragma: no cover - depends on the install
@@ -90,8 +96,9 @@ def _orjson() -> Callable[[str], Any] | None:
     return loads
 
 
-# The parser tried first (orjson, when installed; None: json alone). Whatever it
-# reads, json would read the same (see _fast_decode); anything else is json's.
+# The parser tried first (orjson, when installed and not switched off; None: json
+# alone). Whatever it reads, json would read the same (see _fast_decode); anything
+# else is json's.
 FAST_LOADS = _orjson()
 # orjson reads an integer literal beyond 64 bits as a float; no smaller one.
 _WIDE_FLOAT = float(2**63)
@@ -419,9 +426,11 @@ def _decode_object(root: Path, name: str, data: bytes, limits: ReadLimits) -> di
 
 def describe_json_parser() -> str:
     """How bundle files are parsed, for ``loop-rules --version``."""
-    if FAST_LOADS is None:
-        return 'json (orjson is not installed: pip install "loop-rules[fast]")'
-    return "orjson, json for what it does not take"
+    if FAST_LOADS is not None:
+        return "orjson, json for what it does not take"
+    if switched_off(ORJSON_ENV):
+        return f"json ({ORJSON_ENV}=off)"
+    return 'json (orjson is not installed: pip install "loop-rules[fast]")'
 
 
 def _fast_decode(loads: Callable[[str], Any], text: str, bound: int) -> dict[str, Any] | None:

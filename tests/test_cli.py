@@ -57,6 +57,8 @@ def test_version_names_the_json_parser(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(loop_core.bundle, "FAST_LOADS", None)  # as without the fast extra
     assert invoke("--version").output.splitlines()[2] == (
         'JSON parser: json (orjson is not installed: pip install "loop-rules[fast]")')
+    monkeypatch.setenv("LOOP_RULES_ORJSON", "off")
+    assert invoke("--version").output.splitlines()[2] == "JSON parser: json (LOOP_RULES_ORJSON=off)"
 
 
 def test_classify_jsonl_carries_the_output_contract(bundle_dir) -> None:  # type: ignore[no-untyped-def]

@@ -134,3 +134,9 @@ def test_the_example_captures_are_parsed_by_orjson_and_read_as_with_json(
     assert len(parses) >= 2 * len(paths)  # every file of every bundle went through it
     monkeypatch.setattr(loop_core.bundle, "FAST_LOADS", None)
     assert read_all() == fast
+
+
+@pytest.mark.parametrize(("value", "parser"), [("off", None), ("FALSE", None), ("", orjson.loads), ("on", orjson.loads)])
+def test_loop_rules_orjson_off_leaves_json_alone(monkeypatch: pytest.MonkeyPatch, value: str, parser: Any) -> None:
+    monkeypatch.setenv("LOOP_RULES_ORJSON", value)
+    assert loop_core.bundle._orjson() is parser  # what FAST_LOADS is set to at import
