@@ -194,6 +194,8 @@ def _escape_html(text: str) -> str:
 
 def fence(text: str) -> str:
     """A fenced code block that ``text`` cannot break out of (CommonMark: a longer fence)."""
+    if "`" not in text:  # nearly always; a regex pass to find no backtick cost more than the rest of it
+        return f"```\n{text}\n```"
     longest = max((len(m.group()) for m in _BACKTICKS.finditer(text)), default=0)
     ticks = "`" * max(3, longest + 1)
     return f"{ticks}\n{text}\n{ticks}"

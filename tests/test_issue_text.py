@@ -222,6 +222,14 @@ def test_backtick_runs_never_break_a_fence(engine: Engine, run: int) -> None:
     assert ticks in draft.body  # shown, inside a longer fence
 
 
+@pytest.mark.parametrize(("text", "ticks"), [("", 3), ("plain text\nsecond line", 3), ("a ` b", 3), ("``", 3),
+                                             ("x ``` y", 4), ("````` and `", 6), ("`" * 12, 13)])
+def test_a_fence_is_three_backticks_or_one_more_than_the_longest_run(text: str, ticks: int) -> None:
+    from loop_core.dedup import fence
+
+    assert fence(text) == f"{'`' * ticks}\n{text}\n{'`' * ticks}"
+
+
 def test_backticks_at_the_edges_of_the_excerpt(engine: Engine) -> None:
     for excerpt in ("```", "````\n", "\n```", "`", "``````````" * 30):
         bundle, verdict, draft, evidence = render(engine, excerpt=excerpt)
