@@ -20,9 +20,11 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import litscan
 from .bundle import Bundle
 from .jsontext import dumps_indented, scalar_text
 from .keys import (
@@ -113,7 +115,22 @@ _SECRET_GUARDS: tuple[tuple[tuple[str, ...], bool], ...] = (
     ((":\\users\\",), True),
 )
 # Any of those literals, in the lower-cased text: most text holds none and is done at once.
-_ANY_SECRET_HINT = re.compile("|".join(re.escape(lit.lower()) for lits, _ in _SECRET_GUARDS for lit in lits))
+_HINTS = tuple(dict.fromkeys(lit.lower() for lits, _ in _SECRET_GUARDS for lit in lits))
+
+
+def hint_finder(package: Any) -> Callable[[str], bool]:
+    """Whether a lower-cased ASCII text holds one of :data:`_HINTS`: one Aho-Corasick
+    pass with the ``ahocorasick_rs`` module ``package``, else a regex alternation of
+    them, whose search costs about five times as much (10 µs for 500 characters)."""
+    if package is not None:
+        automaton = package.BytesAhoCorasick([hint.encode("ascii") for hint in _HINTS])
+        find = automaton.find_matches_as_indexes
+        return lambda text: bool(find(text.encode("ascii")))
+    search = re.compile("|".join(map(re.escape, _HINTS))).search
+    return lambda text: search(text) is not None
+
+
+_has_hint = hint_finder(litscan.package())
 
 
 # Texts up to this long are remembered once scrubbed: an issue draft scrubs the same
@@ -139,7 +156,7 @@ def _scrub(text: str) -> str:
             text = pattern.sub(replacement, text)
         return text
     lowered = text.lower()
-    if not _ANY_SECRET_HINT.search(lowered):
+    if not _has_hint(lowered):
         return text
     low: str | None = lowered
     for (pattern, replacement), (literals, ignore_case) in zip(_SECRETS, _SECRET_GUARDS):

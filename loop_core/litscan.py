@@ -47,7 +47,7 @@ from typing import Any
 
 from .envflags import switched_off
 
-__all__ = ["LiteralScanner", "Scan", "ENV", "MAX_LITERALS", "available", "describe", "scanner", "use_scanner"]
+__all__ = ["LiteralScanner", "Scan", "ENV", "MAX_LITERALS", "available", "describe", "package", "scanner", "use_scanner"]
 
 ENV = "LOOP_RULES_SCANNER"
 MAX_LITERALS = 8192  # a scanner this full learns no more (its automaton would grow without bound)
@@ -99,6 +99,13 @@ def _first_match_installed() -> bool:
     from importlib.util import find_spec
 
     return os.environ.get(ENV, "").lower() != _AHOCORASICK_ONLY and find_spec("hyperscan") is not None
+
+
+def package() -> Any:
+    """The ``ahocorasick_rs`` module for another one-pass lookup over a fixed set of
+    literals (the secret-scrubbing patterns' pre-check); None where it is not
+    installed or ``LOOP_RULES_SCANNER=off`` keeps it out."""
+    return None if switched_off(ENV) else _backend()
 
 
 def available() -> bool:

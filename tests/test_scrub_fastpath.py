@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loop_core import dedup, litscan
 from loop_core.dedup import (
     _CONTROLS,
     _MENTION,
     _SECRET_GUARDS,
     _SECRETS,
     _sanitize,
+    hint_finder,
     sanitize,
     scrub_secrets,
 )
@@ -41,6 +46,35 @@ def plain_sanitize(text: str, inline: bool) -> str:
     out = _CONTROLS.sub("", out.replace("\r\n", "\n").replace("\r", "\n"))
     out = _MENTION.sub("@\u200b", plain_scrub(out))
     return " ".join(out.split()) if inline else out
+
+
+@pytest.fixture(params=["aho-corasick", "regex"], autouse=True)
+def pre_check(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Every test here runs with each way of looking for the patterns' literals
+    (Aho-Corasick where ahocorasick_rs is installed, and the regex alternation)."""
+    package = litscan.package() if request.param == "aho-corasick" else None
+    if request.param == "aho-corasick" and package is None:
+        pytest.skip("ahocorasick_rs is not installed")
+    monkeypatch.setattr(dedup, "_has_hint", hint_finder(package))
+    dedup._scrub_short.cache_clear()
+    dedup._sanitize_short.cache_clear()
+    yield request.param
+    dedup._scrub_short.cache_clear()
+    dedup._sanitize_short.cache_clear()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(PIECES), st.text(alphabet=st.characters(max_codepoint=127), max_size=12)),
+                max_size=12))
+def test_both_pre_checks_find_the_same_literals(parts: list[str]) -> None:
+    text = "".join(parts).lower()
+    if text.isascii():
+        assert hint_finder(litscan.package())(text) == hint_finder(None)(text)
+
+
+def test_the_pre_check_keeps_off_ahocorasick_when_the_scanner_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOP_RULES_SCANNER", "off")
+    assert litscan.package() is None
 
 
 def test_one_guard_per_pattern() -> None:
