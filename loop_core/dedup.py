@@ -118,7 +118,7 @@ _SECRET_GUARDS: tuple[tuple[tuple[str, ...], bool], ...] = (
 _HINTS = tuple(dict.fromkeys(lit.lower() for lits, _ in _SECRET_GUARDS for lit in lits))
 
 
-def hint_finder(package: Any) -> Callable[[str], bool]:
+def _hint_finder(package: Any) -> Callable[[str], bool]:
     """Whether a lower-cased ASCII text holds one of :data:`_HINTS`: one Aho-Corasick
     pass with the ``ahocorasick_rs`` module ``package``, else a regex alternation of
     them, whose search costs about five times as much (10 µs for 500 characters)."""
@@ -130,7 +130,7 @@ def hint_finder(package: Any) -> Callable[[str], bool]:
     return lambda text: search(text) is not None
 
 
-_has_hint = hint_finder(litscan.package())
+_has_hint = _hint_finder(litscan.package())
 
 
 # Texts up to this long are remembered once scrubbed: an issue draft scrubs the same

@@ -15,7 +15,7 @@ from loop_core.dedup import (
     _SECRET_GUARDS,
     _SECRETS,
     _sanitize,
-    hint_finder,
+    _hint_finder,
     sanitize,
     scrub_secrets,
 )
@@ -55,7 +55,7 @@ def pre_check(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     package = litscan.package() if request.param == "aho-corasick" else None
     if request.param == "aho-corasick" and package is None:
         pytest.skip("ahocorasick_rs is not installed")
-    monkeypatch.setattr(dedup, "_has_hint", hint_finder(package))
+    monkeypatch.setattr(dedup, "_has_hint", _hint_finder(package))
     dedup._scrub_short.cache_clear()
     dedup._sanitize_short.cache_clear()
     yield request.param
@@ -69,7 +69,7 @@ def pre_check(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 def test_both_pre_checks_find_the_same_literals(parts: list[str]) -> None:
     text = "".join(parts).lower()
     if text.isascii():
-        assert hint_finder(litscan.package())(text) == hint_finder(None)(text)
+        assert _hint_finder(litscan.package())(text) == _hint_finder(None)(text)
 
 
 def test_the_pre_check_keeps_off_ahocorasick_when_the_scanner_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
