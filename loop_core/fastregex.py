@@ -35,6 +35,7 @@ import json
 import re
 import sys
 import time
+import warnings
 import zlib
 from collections.abc import Iterable, Iterator
 from collections.abc import Set as AbstractSet
@@ -62,6 +63,7 @@ _LIMIT = [MAX_STRINGS]  # the limit of the analysis under way (see strings_limit
 # version 0 we compile with (fuzzy constraints are found by _has_fuzzy).
 _VERSION1 = re.compile(r"\(\?[a-zA-Z]*V1")
 _REPEAT_BODY = re.compile(r"\d*(?:,\d*)?")
+_POSIX_CLASS = re.compile(r"\[:\^?\w+:\]")  # regex's [:alpha:] and [:^alpha:] inside a set; re reads [:alph] + "]"
 _FLAG_MAP = ((regex.IGNORECASE, re.IGNORECASE), (regex.MULTILINE, re.MULTILINE),
              (regex.DOTALL, re.DOTALL), (regex.VERBOSE, re.VERBOSE))
 MAX_WINDOWS = 64  # more separate windows than this: one search of the whole text is cheaper
@@ -110,9 +112,10 @@ def _outside_classes(pattern: str) -> Iterator[tuple[int, str]]:
 
 def _unparsed_syntax(pattern: str) -> bool:
     """True when ``pattern`` uses ``regex``-module syntax the standard parser would
-    read as literal text: the V1 flag, or a fuzzy constraint such as
+    read as literal text: the V1 flag, a POSIX class such as ``[[:space:]]``
+    (looked for anywhere, to be safe), or a fuzzy constraint such as
     ``(?:kernel){e<=1}`` (a brace outside a class that is not a repeat count)."""
-    if _VERSION1.search(pattern):
+    if ("[:" in pattern and _POSIX_CLASS.search(pattern)) or _VERSION1.search(pattern):
         return True
     for i, ch in _outside_classes(pattern):
         if ch == "{":
@@ -292,16 +295,18 @@ def affix_key(literal: str) -> str | None:
 
     ``" triton_0042"`` is the start of a whitespace-separated token, so some
     token begins with ``triton_0`` (key ``^triton_0``); ``"cudnn_status_x "``
-    ends one (key ``$status_x``). Pieces shorter than ``AFFIX`` give no key.
+    ends one (key ``$status_x``). Pieces shorter than ``AFFIX``, or with other
+    whitespace (a tab) in those characters, give no key: the text's words are
+    split at every kind of whitespace.
     """
     pieces = literal.split(" ")
     if len(pieces) < 2:
         return None
-    first, last = pieces[0], pieces[-1]
-    if len(last) >= AFFIX:
-        return "^" + last[:AFFIX]
-    if len(first) >= AFFIX:
-        return "$" + first[-AFFIX:]
+    start, end = pieces[-1][:AFFIX], pieces[0][-AFFIX:]
+    if len(start) == AFFIX and not any(c.isspace() for c in start):
+        return "^" + start
+    if len(end) == AFFIX and not any(c.isspace() for c in end):
+        return "$" + end
     return None
 
 
@@ -375,6 +380,15 @@ def _alternatives(parsed: Any, count: int) -> list[Any] | None:
     return list(items[0][1][1])
 
 
+def _std_parse(pattern: str, flags: int = 0) -> Any:
+    """The standard parser's tree of ``pattern``, without its warnings ("possible
+    nested set" and the like): the pattern is the rule author's, compiled by
+    ``regex``, and the analysis only reads the tree."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sre_parse.parse(pattern, flags)
+
+
 def _parse_all(pieces: list[str]) -> bool:
     """Every piece stands alone as a pattern (checked with the standard parser, as
     the analysis is; a piece it rejects keeps the pattern whole)."""
@@ -382,7 +396,7 @@ def _parse_all(pieces: list[str]) -> bool:
         return False
     try:
         for piece in pieces:
-            sre_parse.parse(piece)
+            _std_parse(piece)
     except Exception:  # noqa: BLE001 - any parser complaint: do not split
         return False
     return True
@@ -393,7 +407,7 @@ def required_literals(pattern: str) -> frozenset[str] | None:
     if _unparsed_syntax(pattern):
         return None
     try:
-        parsed = sre_parse.parse(pattern)
+        parsed = _std_parse(pattern)
     except Exception:  # noqa: BLE001 - regex-module syntax the stdlib parser does not know
         return None
     _LIMIT[0] = strings_limit()
@@ -860,7 +874,7 @@ class GuardedRegex:
             if self.flags & theirs:
                 flags |= ours
         try:
-            return sre_parse.parse(self.pattern, flags)
+            return _std_parse(self.pattern, flags)
         except Exception:  # noqa: BLE001 - unknown syntax: always search in full
             return None
 
