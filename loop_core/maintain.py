@@ -13,11 +13,12 @@ from typing import Any
 from .batch import classify_paths
 from .bundle import Bundle
 from .engine import Engine
-from .errors import LoopError, RuleError
+from .errors import LoopError
 from .keys import dedup_key, tier2_fingerprint
 from .rules import Rule, RulePack, load_rules
 from .testing import make_bundle
 from .verdict import FailureClass
+from .view import View
 
 __all__ = ["Change", "DiffReport", "Lint", "diff_packs", "learn", "lint_pack", "review_fingerprint"]
 
@@ -63,24 +64,47 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
         raise LoopError(f"{fingerprint}: already learned as {existing!r}; edit {pack_dir / EXACT_FILE} to change it")
     path = pack_dir / EXACT_FILE
     before = path.read_text(encoding="utf-8") if path.exists() else None
-    text = before if before is not None else (
-        "# Maintainer decisions: Tier-2 fingerprint -> class, written by `loop-rules learn`.\n"
-        "# Keys are quoted so YAML reads them as text.\nexact:\n")
-    if not text.endswith("\n"):
-        text += "\n"
     stamp = time.strftime("%Y-%m-%d", time.gmtime())
     origin = f" from {' '.join(note.split())}" if note else ""
-    text += f"  '{fingerprint}': {failure_class}  # learned {stamp}{origin}\n"
-    path.write_text(text, encoding="utf-8")
+    entry = f"  '{fingerprint}': {failure_class}  # learned {stamp}{origin}\n"
+    path.write_text(_with_entry(before, entry), encoding="utf-8")
     try:
-        load_rules(pack_dir, kinds)
-    except RuleError:
+        learned = load_rules(pack_dir, kinds).exact.get(fingerprint)
+        if learned != failure_class:
+            raise LoopError(f"{path}: could not add the entry as text; write its exact: table as a block mapping "
+                            "(one '<fingerprint>': <class> line each)")
+    except LoopError:  # RuleError included: the edit broke the pack
         if before is None:
             path.unlink()
         else:
             path.write_text(before, encoding="utf-8")
         raise
     return True
+
+
+_EXACT_LINE = re.compile(r"(?m)^exact:[ \t]*(?:(?:null|~|\{\s*\})[ \t]*)?(?:#.*)?$")
+
+
+def _with_entry(text: str | None, entry: str) -> str:
+    """``exact.yml`` (or a new one, for None) with ``entry`` as the last line of its
+    ``exact:`` table, everything else as it was (comments, other keys)."""
+    if text is None:
+        text = ("# Maintainer decisions: Tier-2 fingerprint -> class, written by `loop-rules learn`.\n"
+                "# Keys are quoted so YAML reads them as text.\n")
+    if text and not text.endswith("\n"):
+        text += "\n"
+    found = _EXACT_LINE.search(text)
+    if found is None:
+        return text + "exact:\n" + entry
+    lines = text[found.end() + 1:].splitlines(keepends=True)
+    head = text[:found.start()] + "exact:\n"
+    end = 0  # the table's lines: indented ones, with the blank and comment lines among them
+    for i, line in enumerate(lines):
+        if line[:1] in (" ", "\t") and line.strip() and not line.lstrip().startswith("#"):
+            end = i + 1
+        elif line.strip() and not line.lstrip().startswith("#"):
+            break
+    return head + "".join(lines[:end]) + entry + "".join(lines[end:])
 
 
 # -- diff -------------------------------------------------------------------
@@ -234,11 +258,12 @@ def lint_pack(engine: Engine) -> list[Lint]:
     for rule in pack.active_rules:
         winners = []
         for example in rule.match_examples:
-            verdict = engine.classify(_example_bundle(example))
-            winners.append(verdict.matched_rule)
-        if rule.match_examples and all(w != rule.id for w in winners):
+            bundle = _example_bundle(example)
+            if rule.matches(View(bundle)):  # an example its rule misses is an error of its own (run_examples)
+                winners.append(engine.classify(bundle).matched_rule)
+        if winners and all(w != rule.id for w in winners):
             dead.add(rule.id)
-            by = sorted({str(w) for w in winners})
+            by = sorted({w or "no rule" for w in winners})
             out.append(Lint("warning", f"{rule.source} {rule.id}: shadowed, can never win: every match example "
                                        f"is decided earlier by {', '.join(by)}"))
         if not rule.no_match_examples:

@@ -172,3 +172,34 @@ def test_rules_version_is_stamped_into_verdicts_and_issue_bodies(pack: Path, pm:
     assert f"rules_version `{verdict.rules_version}`" in draft_issue(make_bundle("x"), verdict).body
     (pack / "99-more.yml").write_text(SHADOW_RULE)
     assert Engine.build(pack, pm).pack.version != engine.pack.version
+
+
+def test_a_rule_that_misses_its_own_example_is_not_called_shadowed(tmp_path: Path) -> None:
+    pack = tmp_path / "p"
+    pack.mkdir()
+    (pack / "10-wrong.yml").write_text(
+        "- id: wrong\n  class: unknown\n  description: d\n  when: {select: $.signal.all_text, contains: Frob}\n"
+        "  examples: {match: [nothing here], no_match: [fine]}\n"
+        "- id: later\n  class: unknown\n  description: d\n  when: {select: $.signal.all_text, contains: here}\n"
+        "  examples: {match: [here], no_match: [fine]}\n")
+    out = invoke("check", "--rules", str(pack)).output
+    assert "wrong examples.match[0]: expected match, got no match" in out
+    assert "shadowed" not in out and "None" not in out
+
+
+@pytest.mark.parametrize("existing", ["", "# nothing learned yet\n", "exact:\n", "exact: null\n",
+                                      "exact: {}\n", "exact:\n  '0123456789ab': unknown\nrules: []\n"])
+def test_learn_adds_to_any_exact_file_the_pack_loads(pack: Path, pm: pluggy.PluginManager, existing: str) -> None:
+    (pack / "exact.yml").write_text(existing)
+    assert learn(pack, "abcdefabcdef", "genuine-oom", condition_kinds(pm))
+    assert Engine.build(pack, pm).pack.exact["abcdefabcdef"] == "genuine-oom"
+    if "nothing learned" in existing:
+        assert (pack / "exact.yml").read_text().startswith(existing)
+
+
+def test_learn_leaves_a_flow_style_table_as_it_was(pack: Path, pm: pluggy.PluginManager) -> None:
+    flow = "exact: {'0123456789ab': unknown}\n"
+    (pack / "exact.yml").write_text(flow)
+    with pytest.raises(LoopError):
+        learn(pack, "abcdefabcdef", "genuine-oom", condition_kinds(pm))
+    assert (pack / "exact.yml").read_text() == flow
