@@ -182,7 +182,23 @@ def compile_selector(text: Any) -> Selector:
         compiled = parse(text)
     except Exception as e:  # jsonpath-ng raises several unrelated types
         raise ValueError(f"invalid JSONPath {text!r}: {e}") from e
+    _check_filter_regexes(compiled, text)
     return Selector(text, None, compiled)
+
+
+def _check_filter_regexes(path: Any, text: str) -> None:
+    """Compile now each ``=~`` regex of the path's filters, which jsonpath-ng
+    compiles only when a bundle has a value to test (with :mod:`re`)."""
+    stack = [path]
+    while stack:
+        node = stack.pop()
+        if getattr(node, "op", None) == "=~" and isinstance(getattr(node, "value", None), str):
+            try:
+                re.compile(node.value)
+            except re.error as e:
+                raise ValueError(f"invalid regex {node.value!r} in a filter of selector {text!r}: {e}") from e
+        for child in getattr(node, "__dict__", {}).values():
+            stack.extend(child if isinstance(child, (list, tuple)) else (child,))
 
 
 def _check_top(first: str | int, text: str) -> None:
@@ -411,6 +427,9 @@ def _guarded(pattern: str, flags: int) -> GuardedRegex:
     return GuardedRegex(regex.compile(pattern, flags))
 
 
+MAX_NESTING = 32  # all/any/not levels a condition may nest: far more than any rule needs
+
+
 def compile_condition(
     raw: Any,
     kinds: Mapping[str, ConditionKind],
@@ -425,10 +444,17 @@ def compile_condition(
         ``regex.error`` for a bad one); a pack load passes its
         :class:`~loop_core.fastregex.RegexCache`.
     """
+    return _compile(raw, kinds, timeout, where, regexes, MAX_NESTING)
+
+
+def _compile(raw: Any, kinds: Mapping[str, ConditionKind], timeout: float, where: str,
+             regexes: Callable[[str, int], GuardedRegex], room: int) -> Condition:
+    if room < 0:
+        raise ValueError(f"{where}: conditions nest more than {MAX_NESTING} levels deep")
     if isinstance(raw, list):
         if not raw:  # an empty list would match every bundle
             raise ValueError(f"{where}: needs a non-empty list of conditions")
-        return All(tuple(compile_condition(c, kinds, timeout=timeout, where=f"{where}[{i}]", regexes=regexes)
+        return All(tuple(_compile(c, kinds, timeout, f"{where}[{i}]", regexes, room - 1)
                          for i, c in enumerate(raw)))
     if not isinstance(raw, dict) or not raw:
         raise ValueError(f"{where}: a condition must be a non-empty mapping or list, got {_short(raw)}")
@@ -441,11 +467,11 @@ def compile_condition(
     if name in ("all", "any"):
         if not isinstance(arg, list) or not arg:
             raise ValueError(f"{where}.{name}: needs a non-empty list of conditions")
-        items = tuple(compile_condition(c, kinds, timeout=timeout, where=f"{where}.{name}[{i}]", regexes=regexes)
+        items = tuple(_compile(c, kinds, timeout, f"{where}.{name}[{i}]", regexes, room - 1)
                       for i, c in enumerate(arg))
         return All(items) if name == "all" else Any_(items)
     if name == "not":
-        return Not(compile_condition(arg, kinds, timeout=timeout, where=f"{where}.not", regexes=regexes))
+        return Not(_compile(arg, kinds, timeout, f"{where}.not", regexes, room - 1))
     kind = kinds.get(name)
     if kind is None:
         known = ", ".join(sorted(kinds)) or "none"
@@ -485,16 +511,25 @@ def _compile_select(raw: dict[str, Any], timeout: float, where: str,
     elif op == "in":
         if not isinstance(value, list) or not value:
             raise ValueError(f"{where}.in: must be a non-empty list, got {_short(value)}")
+        for i, item in enumerate(value):
+            _check_scalar(item, f"{where}.in[{i}]")
         operand = tuple(value)
     elif op in ("exists", "truthy"):
         if not isinstance(value, bool):
             raise ValueError(f"{where}.{op}: must be true or false, got {value!r}")
         operand = value
     else:  # equals
-        if isinstance(value, (dict, list)):
-            raise ValueError(f"{where}.equals: must be a scalar, got {_short(value)}")
+        _check_scalar(value, f"{where}.equals")
         operand = value
     return Select(selector, op, operand, ignore_case, timeout)
+
+
+def _check_scalar(value: Any, where: str) -> None:
+    """A value compared with a bundle's must be one a JSON file can hold: YAML also
+    reads ``2026-01-01`` as a date and ``!!set`` as a set, which never equal one."""
+    if value is not None and not isinstance(value, (str, int, float)):
+        raise ValueError(f"{where}: must be text, a number, true/false or null, got {_short(value)} "
+                         "(quote a date or a time to compare it as text)")
 
 
 def _compile_contains(value: Any, ignore_case: bool, where: str) -> tuple[str, tuple[str, ...]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -31,7 +31,7 @@ from .prefilter import RuleIndex
 from .verdict import FailureClass
 from .view import View
 
-__all__ = ["PackSettings", "Rule", "RulePack", "RuleSource", "load_rules", "load_yaml_text"]
+__all__ = ["PackSettings", "Rule", "RulePack", "RuleSource", "any_of", "load_rules", "load_yaml_text"]
 
 PACK_FILE = "pack.yml"
 RULE_KEYS = frozenset({"id", "class", "description", "when", "examples"})
@@ -77,10 +77,17 @@ class Rule:
 
         A regex search that times out anywhere while the rule is evaluated makes
         the whole rule not match: counting only that comparison as "no match"
-        would turn a ``not`` around it into a match.
+        would turn a ``not`` around it into a match. So does an error raised
+        while it is evaluated (a JSONPath filter that fails on this bundle's
+        values, a plugin's condition kind), reported as a warning: the rules
+        after it are still evaluated.
         """
         before = view.timeouts
-        hit = self.when.evaluate(view)
+        try:
+            hit = self.when.evaluate(view)
+        except Exception as e:  # noqa: BLE001 - one rule's failure must not end the bundle's classification
+            view.warnings.append(self._failed(e))
+            return False
         if view.timeouts == before:
             return hit
         if hit:
@@ -89,10 +96,18 @@ class Rule:
         return False
 
     def explain(self, view: View) -> tuple[Trace, bool]:
-        """``(trace of when, matched)``, with the same timeout rule as :meth:`matches`."""
+        """``(trace of when, matched)``, with the same timeout and error rules as :meth:`matches`."""
         before = view.timeouts
-        trace = self.when.explain(view)
+        try:
+            trace = self.when.explain(view)
+        except Exception as e:  # noqa: BLE001 - as in matches
+            message = self._failed(e)
+            view.warnings.append(message)
+            return Trace("when", False, message), False
         return trace, trace.matched and view.timeouts == before
+
+    def _failed(self, error: Exception) -> str:
+        return f"rule {self.id!r} raised {type(error).__name__} while evaluated: {error}; counted as no match"
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +264,8 @@ def load_yaml_text(text: str, name: str = "<string>") -> Any:
         return yaml.load(text, Loader=_loaders()[1])  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         raise RuleError(f"{name}: invalid YAML: {_yaml_message(e)}") from e
+    except RecursionError as e:  # nesting PyYAML's own limit lets through, but Python's stack does not
+        raise RuleError(f"{name}: invalid YAML: nested too deeply") from e
 
 
 def _yaml_message(e: Exception) -> str:
@@ -286,7 +303,8 @@ def load_rules(
     shown = display_root if display_root is not None else root.name
     if not root.is_dir():
         raise RuleError(f"{root}: rule pack directory not found")
-    files = sorted(p for p in root.iterdir() if p.suffix in (".yml", ".yaml") and p.is_file())
+    # A broken symbolic link is listed (and reported unreadable), not passed over.
+    files = sorted(p for p in root.iterdir() if p.suffix in (".yml", ".yaml") and (p.is_file() or p.is_symlink()))
     sources: dict[str, str] = {}
     digest = hashlib.sha256()
     texts: dict[str, str] = {}
@@ -379,7 +397,9 @@ def _compile(texts: dict[str, str], shown: str, settings: PackSettings, kinds: M
             extra = sorted(set(doc) - {"rules", "exact"})
             if extra:
                 problems.add(f"{label}: unknown top-level keys {extra} (expected rules, exact)")
-            raw_rules = doc.get("rules") or []
+            raw_rules = doc.get("rules", [])
+            if raw_rules is None:
+                raw_rules = []
             _load_exact(doc.get("exact"), label, exact, problems)
         if not isinstance(raw_rules, list):
             problems.add(f"{label}: rules must be a list, got {type(raw_rules).__name__}")
@@ -438,6 +458,9 @@ def _load_settings(doc: Any, label: str, base: PackSettings, problems: _Problems
         if surface not in ("reference", "all_text"):
             problems.add(f"{label}: tier1_oom.surface must be reference or all_text, got {surface!r}")
             surface = "reference"
+    for key in ("name", "description"):
+        if doc.get(key) is not None and not isinstance(doc[key], str):
+            problems.add(f"{label}: {key} must be text, got {doc[key]!r}")
     return PackSettings(
         name=str(doc.get("name") or base.name),
         description=str(doc.get("description") or ""),
@@ -448,6 +471,17 @@ def _load_settings(doc: Any, label: str, base: PackSettings, problems: _Problems
     )
 
 
+def any_of(patterns: Sequence[str]) -> str:
+    """The one regex a list of ``pack.yml`` patterns is searched as (case-insensitively):
+    ``(?:p1)|(?:p2)|...``."""
+    return "|".join(f"(?:{p})" for p in patterns)
+
+
+# A numbered back-reference (\1, \g<1>) not itself escaped: joined after a pattern
+# with groups of its own, it would refer to that pattern's group instead.
+_NUMBERED_REFERENCE = re.compile(r"(?<!\\)(?:\\\\)*\\(?:[1-9]|g<\d+>)")
+
+
 def _regex_list(value: Any, where: str, problems: _Problems, regexes: RegexCache) -> tuple[str, ...]:
     import regex
 
@@ -456,11 +490,24 @@ def _regex_list(value: Any, where: str, problems: _Problems, regexes: RegexCache
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         problems.add(f"{where}: must be a list of regular expressions")
         return ()
+    ok = True
     for pattern in value:
         try:
             regexes.make(pattern, 0)
         except regex.error as e:
             problems.add(f"{where}: invalid regex {pattern!r}: {e}")
+            ok = False
+    if not ok:
+        return tuple(value)
+    for i, pattern in enumerate(value):
+        if i and _NUMBERED_REFERENCE.search(pattern) and any(regex.compile(p).groups for p in value[:i]):
+            problems.add(f"{where}: {pattern!r} refers to a group by number, but the patterns are searched "
+                         "as one regex where an earlier pattern's groups come first; use a named group")
+    try:
+        regexes.make(any_of(value), regex.IGNORECASE)
+    except regex.error as e:
+        problems.add(f"{where}: the patterns are searched as one regex, {any_of(value)!r}, and that does not "
+                     f"compile: {e} (a comment of a verbose pattern or an inline flag can cause this)")
     return tuple(value)
 
 
@@ -473,7 +520,7 @@ def _load_exact(raw: Any, label: str, exact: dict[str, str], problems: _Problems
     for key, value in raw.items():
         if not _FINGERPRINT.match(key):
             problems.add(f"{label}: exact: {key!r} is not a 12-hex-digit fingerprint")
-        elif value not in _CLASSES:
+        elif not isinstance(value, str) or value not in _CLASSES:
             problems.add(f"{label}: exact: {key}: unknown class {value!r} (classes: {', '.join(sorted(_CLASSES))})")
         elif key in exact and exact[key] != value:
             problems.add(f"{label}: exact: {key}: listed twice with classes {exact[key]!r} and {value!r}")
@@ -504,7 +551,7 @@ def _load_rule(raw: Any, source: RuleSource, kinds: Mapping[str, ConditionKind],
     if not isinstance(rule_id, str) or not _ID.match(rule_id):
         problems.add(f"{where}: id must be letters, digits, '.', '_', ':' or '-', got {rule_id!r}")
         ok = False
-    if raw["class"] not in _CLASSES:
+    if not isinstance(raw["class"], str) or raw["class"] not in _CLASSES:
         problems.add(f"{where}: unknown class {raw['class']!r} (classes: {', '.join(c.value for c in FailureClass)})")
         ok = False
     if not isinstance(raw["description"], str) or not raw["description"].strip():
@@ -539,6 +586,11 @@ def _load_examples(raw: Any, where: str, problems: _Problems) -> tuple[tuple[Any
                 problems.add(
                     f"{where}: examples.{key}[{i}] must be log text or a mapping of "
                     f"{', '.join(sorted(EXAMPLE_FILES))}")
+                return None
+            odd = sorted(name for name, doc in item.items() if not isinstance(doc, dict))
+            if odd:
+                problems.add(f"{where}: examples.{key}[{i}]: {', '.join(odd)} must be a mapping of fields "
+                             "(merged over the example bundle's file)")
                 return None
         out.append(tuple(items))
     if not out[0]:

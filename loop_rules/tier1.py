@@ -21,6 +21,7 @@ from typing import Any
 import regex
 
 from loop_core import Match, MatchContext, Matcher, RulePack, Tier, Trace, hookimpl
+from loop_core.rules import any_of
 
 RULE_ID = "tier1-oom-fastpath"
 
@@ -41,8 +42,8 @@ class _Compiled:
     def __init__(self, pack: RulePack) -> None:
         s = pack.settings
         patterns = s.tier1_oom_signature or REFERENCE_SIGNATURE
-        self.signature = pack.regex("|".join(f"(?:{p})" for p in patterns), regex.IGNORECASE)
-        self.unless = (pack.regex("|".join(f"(?:{p})" for p in s.tier1_oom_unless), regex.IGNORECASE)
+        self.signature = pack.regex(any_of(patterns), regex.IGNORECASE)
+        self.unless = (pack.regex(any_of(s.tier1_oom_unless), regex.IGNORECASE)
                        if s.tier1_oom_unless else None)
         self.surface = s.tier1_oom_surface
         self.timeout = s.regex_timeout

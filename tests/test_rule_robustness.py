@@ -1,0 +1,223 @@
+"""Broken or unusual rule packs: a clear problem naming the place at load time, and at
+classification time one rule's failure never silences the rules after it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pluggy
+import pytest
+from click.testing import CliRunner
+
+from loop_core import Engine, RuleError
+from loop_core.cli import cli
+from loop_core.fastregex import GuardedRegex, affix_key
+from loop_core.testing import make_bundle
+
+from .test_rules import GOOD, write
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def rule(rule_id: str, when: str, cls: str = "quant-unsupported", examples: str = "{match: [boom]}") -> str:
+    return f"- id: {rule_id}\n  class: {cls}\n  description: d\n  when: {when}\n  examples: {examples}\n"
+
+
+def problems_of(pack: Path, pm: pluggy.PluginManager) -> str:
+    with pytest.raises(RuleError) as info:
+        Engine.build(pack, pm, collect_errors=True)
+    return "\n".join(info.value.problems)
+
+
+# -- a rule that raises while evaluated ---------------------------------------
+
+
+def test_a_selector_that_fails_on_a_bundle_skips_its_rule_not_the_rules_after_it(
+        tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    # `sorted` raises TypeError on a list mixing null and numbers: a bundle's values decide.
+    pack = write(tmp_path / "p", "10.yml",
+                 rule("sorts", "{select: '$.manifest.mixed.`sorted`', exists: true}", cls="unknown",
+                      examples="{match: [{manifest: {mixed: [2, 1]}}]}")
+                 + GOOD.format(id="later", cls="kernel-unsupported", regex="boom", example="boom"))
+    engine = Engine.build(pack, pm)
+    verdict = engine.classify(make_bundle({"manifest": {"mixed": [None, 1]},
+                                           "pt3": {"failure_log_excerpt": "boom"}}))
+    assert verdict.matched_rule == "later"
+    assert any("rule 'sorts' raised TypeError" in w and "counted as no match" in w for w in verdict.warnings)
+    assert engine.classify(make_bundle({"manifest": {"mixed": [2, 1]}})).matched_rule == "sorts"
+
+
+def test_a_failing_selector_under_not_does_not_turn_into_a_match(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "10.yml",
+                 rule("negated", "{not: {select: '$.manifest.mixed.`sorted`', exists: true}}", cls="unknown",
+                      examples="{match: [{manifest: {other: 1}}]}"))
+    engine = Engine.build(pack, pm)
+    assert engine.classify(make_bundle({"manifest": {"mixed": ["a", 1]}})).matched_rule is None
+
+
+def test_explain_shows_the_failing_rule_instead_of_crashing(tmp_path: Path, bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    pack = write(tmp_path / "p", "10.yml",
+                 rule("sorts", "{select: '$.manifest.mixed.`sorted`', exists: true}", cls="unknown",
+                      examples="{match: [{manifest: {mixed: [2, 1]}}]}"))
+    target = bundle_dir({"manifest": {"mixed": [None, 1]}})
+    result = CliRunner().invoke(cli, ["explain", "--rules", str(pack), str(target)])
+    assert result.exit_code == 0, result.output
+    assert "rule 'sorts' raised TypeError" in result.output
+
+
+def test_a_bad_regex_in_a_jsonpath_filter_is_a_load_problem(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "10.yml",
+                 rule("filt", """{select: '$.manifest[?(@.model =~ "(")]', exists: true}""", cls="unknown",
+                      examples="{match: [{manifest: {model: x}}]}"))
+    found = problems_of(pack, pm)
+    assert "p/10.yml[0] filt: invalid regex '(' in a filter of selector" in found
+    result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
+    assert result.exit_code == 1 and "internal error" not in result.output
+
+
+# -- values of the wrong type ---------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", ["[unknown]", "{a: 1}"])
+def test_a_class_that_is_not_text_is_reported(tmp_path: Path, pm: pluggy.PluginManager, cls: str) -> None:
+    pack = write(tmp_path / "p", "10.yml", GOOD.format(id="r", cls=cls, regex="boom", example="boom"))
+    assert "p/10.yml[0] r: unknown class" in problems_of(pack, pm)
+
+
+def test_an_exact_entry_whose_class_is_not_text_is_reported(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "10.yml", "exact:\n  'abcdefabcdef': [unknown]\n")
+    assert "exact: abcdefabcdef: unknown class ['unknown']" in problems_of(pack, pm)
+
+
+@pytest.mark.parametrize("case", ["{pt3: 5}", "{manifest: null}", "{manifest: {schema: 2}, pt1: null}"])
+def test_example_files_must_be_mappings(tmp_path: Path, pm: pluggy.PluginManager, case: str) -> None:
+    pack = write(tmp_path / "p", "10.yml", rule("r", "{select: $.signal.error_text, contains: boom}",
+                                                examples=f"{{match: [{case}]}}"))
+    assert "must be a mapping of fields" in problems_of(pack, pm)
+    result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
+    assert result.exit_code == 1 and "internal error" not in result.output
+
+
+@pytest.mark.parametrize("operand, shown", [("{equals: 2020-01-01}", "equals"),
+                                            ("{in: [a, !!set {b, c}]}", "in[1]")])
+def test_values_no_bundle_can_hold_are_reported(tmp_path: Path, pm: pluggy.PluginManager,
+                                                operand: str, shown: str) -> None:
+    op = operand[1:-1]
+    pack = write(tmp_path / "p", "10.yml", rule("r", f"{{select: $.manifest.model, {op}}}"))
+    assert f"r: when.{shown}: must be text, a number, true/false or null" in problems_of(pack, pm)
+
+
+def test_a_quoted_date_still_compares_as_text(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "10.yml", rule("r", "{select: $.manifest.model, equals: '2020-01-01'}",
+                                                examples="{match: [{manifest: {model: '2020-01-01'}}]}"))
+    assert Engine.build(pack, pm).classify(make_bundle({"manifest": {"model": "2020-01-01"}})).matched_rule == "r"
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("rules: {}\n", "rules must be a list, got dict"),
+    ("rules: ''\n", "rules must be a list, got str"),
+])
+def test_rules_that_are_not_a_list_are_reported(tmp_path: Path, pm: pluggy.PluginManager,
+                                                text: str, problem: str) -> None:
+    assert problem in problems_of(write(tmp_path / "p", "10.yml", text), pm)
+
+
+def test_pack_name_and_description_must_be_text(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "pack.yml", "name: [1]\ndescription: {a: 1}\n")
+    found = problems_of(pack, pm)
+    assert "pack.yml: name must be text, got [1]" in found
+    assert "pack.yml: description must be text" in found
+
+
+def test_a_broken_symlink_in_a_pack_is_reported(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "10.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
+    (pack / "20-gone.yml").symlink_to(tmp_path / "nowhere.yml")
+    assert "p/20-gone.yml: cannot read" in problems_of(pack, pm)
+
+
+def test_conditions_nested_too_deep_are_a_problem_not_a_crash(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    when = "{not: " * 40 + "{select: $.signal.error_text, contains: boom}" + "}" * 40
+    pack = write(tmp_path / "p", "10.yml", rule("deep", when, examples="{match: [x]}"))
+    found = problems_of(pack, pm)
+    assert "deep: when.not.not" in found and "nest more than 32 levels" in found
+
+
+def test_yaml_nested_past_pythons_stack_is_invalid_yaml(tmp_path: Path) -> None:
+    when = "{not: " * 400 + "{select: $.signal.error_text, contains: boom}" + "}" * 400
+    pack = write(tmp_path / "p", "10.yml", rule("deep", when, examples="{match: [x]}"))
+    result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
+    assert result.exit_code == 1
+    assert "p/10.yml: invalid YAML: nested too deeply" in result.output
+    assert "internal error" not in result.output
+
+
+# -- the Tier-1 signature is searched as one regex ------------------------------
+
+
+def test_signature_patterns_that_only_break_when_joined_are_reported(
+        tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    # The comment of a verbose pattern swallows the rest of the joined regex.
+    pack = write(tmp_path / "p", "pack.yml",
+                 "tier1_oom:\n  signature: ['(?x) cuda \\s out \\s of \\s memory  # the allocator', 'hip oom']\n")
+    assert "tier1_oom.signature: the patterns are searched as one regex" in problems_of(pack, pm)
+
+
+def test_signature_back_references_by_number_are_reported(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "pack.yml", "tier1_oom:\n  signature: ['(cuda) oom \\1', '(hip) oom \\1']\n")
+    assert "'(hip) oom \\\\1' refers to a group by number" in problems_of(pack, pm)
+    named = write(tmp_path / "q", "pack.yml",
+                  "tier1_oom:\n  signature: ['(cuda) oom \\1', '(?P<h>hip) oom (?P=h)']\n")
+    write(named, "10.yml", GOOD.format(id="r", cls="unknown", regex="zzz", example="zzz"))
+    engine = Engine.build(named, pm)
+    assert engine.classify(make_bundle("hip oom hip")).failure_class.value == "genuine-oom"
+
+
+# -- the literal prefilter and the regex module's own syntax -----------------------
+
+
+@pytest.mark.parametrize("pattern, text", [
+    ("no[[:space:]]kernel image", "no kernel image"),
+    ("x[[:digit:]]yz", "x5yz"),
+    ("err[[:^alpha:]]code", "err-code"),
+])
+def test_posix_classes_are_never_prefiltered_away(pattern: str, text: str) -> None:
+    import regex
+
+    assert GuardedRegex(regex.compile(pattern)).search(text) is not None
+    assert regex.search(pattern, text) is not None
+
+
+def test_a_posix_class_rule_decides_from_check_to_classify(tmp_path: Path) -> None:
+    pack = tmp_path / "p"
+    shutil.copytree(ROOT / "rules.d", pack)
+    (pack / "05-posix.yml").write_text(rule("posix-kernel", "{select: $.signal.all_text, regex: "
+                                            "'no[[:space:]]kernel image'}",
+                                            examples="{match: ['no kernel image is available']}"))
+    result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
+    assert result.exit_code == 0, result.output  # its example matches, and it is not shadowed
+    assert "shadowed" not in result.output and "Possible nested set" not in result.output
+    engine = Engine.build(pack)
+    assert engine.classify(make_bundle("no kernel image is available")).matched_rule == "posix-kernel"
+
+
+@pytest.mark.parametrize("literal", [" foo\tbarbazqux", " ab\u00a0cdefghijk", "abcdefg\thijk "])
+def test_affix_keys_never_span_other_whitespace(literal: str) -> None:
+    assert affix_key(literal) is None
+
+
+def test_affix_keys_of_plain_literals() -> None:
+    assert affix_key(" triton_0042") == "^triton_0"
+    assert affix_key("cudnn_status_x ") == "$status_x"
+
+
+def test_many_word_start_rules_match_with_and_without_the_scanner(
+        tmp_path: Path, pm: pluggy.PluginManager, lookup: str) -> None:
+    # Without the scanner, 64 or more such rules take the affix index of the rule walk
+    # (prefilter.RuleIndex); the tab falls within the first AFFIX characters of the word.
+    text = "".join(rule(f"r{i}", f'{{select: $.signal.all_text, contains: " f{i:03d}\\tbarbazqux"}}',
+                        examples=f'{{match: ["x f{i:03d}\\tbarbazqux"]}}') for i in range(70))
+    pack = write(tmp_path / "p", "10.yml", text)
+    engine = Engine.build(pack, pm)
+    verdict = engine.classify(make_bundle("ERROR engine said: f069\tbarbazqux happened"))
+    assert verdict.matched_rule == "r69"
