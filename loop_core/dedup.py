@@ -26,6 +26,7 @@ from typing import Any
 
 from . import litscan
 from .bundle import Bundle
+from .errors import BundleError
 from .jsontext import dumps_indented, scalar_text
 from .keys import (
     ARCH_PREFIX,
@@ -66,6 +67,10 @@ TUPLE_MARKER = "<!-- club3090-loop-dedup canonical-tuple -->"
 PLUSONE_MARKER = "<!-- club3090-loop-dedup +1 -->"
 TITLE_LIMIT = 256
 BODY_LIMIT = 65_536
+# A draft leaves this much of an issue body for a tracker's own marker (the github
+# tracker's first-submission line), so adding one never cuts a fence.
+MARKER_ROOM = 256
+DRAFT_LIMIT = BODY_LIMIT - MARKER_ROOM
 TUPLE_FIELDS = DedupKey._fields
 
 # Token patterns need no word boundary before them ("MY_hf_..." is a token too), and
@@ -203,10 +208,6 @@ def _sanitize(text: str, inline: bool) -> str:
     if inline:
         out = " ".join(out.split())
     return out
-
-
-def _escape_html(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def fence(text: str) -> str:
@@ -443,7 +444,7 @@ def draft_issue(bundle: Bundle, verdict: Classification, *, evidence: str | None
     digest = key.digest()
     labels = published_labels(key, digest)
     canonical = canonical_payload(bundle, key, digest)
-    model = sanitize(bundle.manifest.get("model") or "<unknown-model>", inline=True)
+    model = sanitize(bundle.manifest.get("model") or "", inline=True) or "<unknown-model>"
     head = "\n".join([
         "## Loop deduped failure issue",
         "",
@@ -451,7 +452,7 @@ def draft_issue(bundle: Bundle, verdict: Classification, *, evidence: str | None
         f"here (label `{labels[0]}`), as a +1 comment after its key is verified against the tuple below.",
         "",
         f"**Class:** `{verdict.failure_class.value}` (tier `{verdict.tier.value}`, rule "
-        f"`{_escape_html(sanitize(verdict.matched_rule or 'none', inline=True)).replace('`', '')}`, "
+        f"`{sanitize(verdict.matched_rule or 'none', inline=True).replace('`', '')}`, "
         f"rules_version `{verdict.rules_version or 'n/a'}`)",
         "",
         "**Dedup tuple:** " + ", ".join(TUPLE_FIELDS),
@@ -461,7 +462,8 @@ def draft_issue(bundle: Bundle, verdict: Classification, *, evidence: str | None
         _json_block_text(canonical, publish=True),
         "```",
         "",
-        f"**Model:** {_escape_html(model).replace('`', chr(0x2018))}",
+        # In a code span: a link, an image, a URL or HTML in a model name stays text.
+        f"**Model:** `{model.replace('`', chr(0x2018))}`",
         "",
         "**Redacted error substring:**",
         "",
@@ -471,15 +473,19 @@ def draft_issue(bundle: Bundle, verdict: Classification, *, evidence: str | None
     error = fence(shown)
     tail = label + fence(sanitize(evidence)) if evidence else ""
     body = head + error + tail
-    if len(body) > BODY_LIMIT:
+    if len(body) > DRAFT_LIMIT:
         # Keep the tuple block whole; cut the free text, each fence kept whole.
         note = "\n\n_(evidence cut to fit the issue size limit)_"
-        error = _fenced_within(shown, BODY_LIMIT - len(head) - len(note))
-        room = BODY_LIMIT - len(head) - len(error) - len(note) - len(label)
+        error = _fenced_within(shown, DRAFT_LIMIT - len(head) - len(note))
+        room = DRAFT_LIMIT - len(head) - len(error) - len(note) - len(label)
         block = _fenced_within(sanitize(evidence), room) if evidence else ""
         body = head + error + (label + block if block else "") + note
-        # Still too long only when the key alone cannot fit an issue: nothing to keep whole then.
-        body = body[:BODY_LIMIT]
+        if len(body) > DRAFT_LIMIT:
+            # The key alone cannot fit: a cut tuple block would never verify, and every
+            # capture of this failure would open an issue of its own.
+            raise BundleError(f"{bundle.path}: its dedup key takes {len(head):,} characters of the issue body, more "
+                              f"than an issue holds ({DRAFT_LIMIT:,}); not filed (look at the manifest's model_id, "
+                              "arch_family and version fields)", path=bundle.path)
     return IssueDraft(digest, key, verdict.failure_class.value, _title(verdict.failure_class.value, model, digest),
                       body, labels, canonical)
 

@@ -47,7 +47,9 @@ LABEL_LIST_LIMIT = 1000
 ISSUE_LIST_LIMIT = 100
 COMMENTS_PER_LIST = 100  # gh issue list fetches comments(first: 100)
 FIRST_SUBMISSION = "<!-- loop-rules first-submission: {} -->"
-_FIRST_SUBMISSION = re.compile(r"<!-- loop-rules first-submission: ([A-Za-z0-9._:-]+) -->")
+# Only at the very end of a body, where _body puts it: the same line inside the capture's
+# own text (the error block) would otherwise mark another submission as counted.
+_FIRST_SUBMISSION = re.compile(r"<!-- loop-rules first-submission: ([A-Za-z0-9._:-]+) -->\s*\Z")
 _SAFE_SUBMISSION = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _ISSUE_URL = re.compile(r"/issues/(\d+)$")
 _OUTAGE = (124, 127)
@@ -297,7 +299,8 @@ class GitHubTracker:
             comments = issue.get("comments") or []
             if len(comments) >= COMMENTS_PER_LIST:
                 comments = self._all_comments(issue["number"])
-            seen = {m.group(1) for m in _FIRST_SUBMISSION.finditer(body)}
+            first = _FIRST_SUBMISSION.search(body)
+            seen = {first.group(1)} if first else set()
             for c in comments:
                 if not isinstance(c, dict) or not _trusted(c):
                     continue

@@ -133,7 +133,10 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
         if counted is not None and counted(dedup_key(bundle, verdict.failure_class.value).digest(),
                                            occurrence.submission):
             return Processed(path, verdict=verdict, failure=True, occurrence=occurrence, anchor=anchor, counted=True)
-        draft = engine.pm.hook.loop_draft_issue(bundle=bundle, verdict=verdict)
+        try:
+            draft = engine.pm.hook.loop_draft_issue(bundle=bundle, verdict=verdict)
+        except BundleError as e:  # a key too long for any issue body
+            return Processed(path, error=str(e))
     return Processed(path, verdict=verdict, failure=True, draft=draft, occurrence=occurrence,
                      review=review, anchor=anchor)
 

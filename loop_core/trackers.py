@@ -385,7 +385,11 @@ class _OccurrenceFiles:
                 seen[path].add(occurrence.submission)
                 changed[path] = None
                 out.append((True, path))
-            write_texts_many([(path, self._text(path, docs[path], texts)) for path in changed])
+            try:
+                write_texts_many([(path, self._text(path, docs[path], texts)) for path in changed])
+            except OSError as e:  # a full disk, a folder made read-only: the files as they were stay
+                raise TrackerError(f"{self.directory}: cannot write {len(changed)} file(s) here: "
+                                   f"{e.strerror or e}") from e
             for path in changed:
                 self._keep(path, docs[path], seen[path], texts.get(path))
         return out

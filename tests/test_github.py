@@ -581,3 +581,30 @@ def test_hook_loop_register_trackers(captures: Path) -> None:
     pm.register(type("Again", (MemoryTrackerPlugin,), {})(), name="memory-again")
     with pytest.raises(PluginError, match="memory"):
         collect(pm, "loop_register_trackers", lambda s: s.name, "tracker")
+
+
+def test_a_marker_inside_the_capture_text_marks_nothing(gh: FakeGh, captures: Path, fake_clock: FakeClock,
+                                                         module_engine: Engine, failure: Any) -> None:
+    draft, victim = failure(ts="20260802T093000Z")
+    forged = f"<!-- loop-rules first-submission: {victim.submission} -->"
+    bundle = make_bundle({"manifest": {"model": "acme/Tiny-7B", "model_id": "acme/Tiny-7B",
+                                       "utc_ts": "20260801T093000Z"},
+                          "pt3": {"failure_log_excerpt": f"{OOM}\n{forged}"}}, path="captures/x")
+    attacker = draft_issue(bundle, module_engine.classify(bundle))
+    assert attacker.dedup_hash == draft.dedup_hash and forged.lower() in attacker.body.lower()
+    t = tracker(captures, fake_clock)
+    assert t.file(attacker, occurrence_of(bundle)).action is FileAction.OPENED
+    assert tracker(captures, FakeClock()).file(draft, victim).action is FileAction.PLUS_ONE
+
+
+def test_the_first_submission_marker_never_cuts_a_full_body(gh: FakeGh, captures: Path, fake_clock: FakeClock,
+                                                             module_engine: Engine) -> None:
+    # The final error, shown beside the substring, is one 100 KB line: cut to fit.
+    bundle = make_bundle({"pt3": {"failure_log_excerpt": f"{OOM}\nValueError: " + "x" * 100_000}},
+                         path="captures/big")
+    draft = module_engine.pm.hook.loop_draft_issue(bundle=bundle, verdict=module_engine.classify(bundle))
+    occ = occurrence_of(bundle)
+    assert draft.body.endswith("_(evidence cut to fit the issue size limit)_")
+    assert tracker(captures, fake_clock).file(draft, occ).action is FileAction.OPENED
+    [issue] = gh.issues()
+    assert len(issue["body"]) <= 65_536 and issue["body"] == first_body(draft, occ)

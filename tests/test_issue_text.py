@@ -44,6 +44,7 @@ LABEL = re.compile(r"^[a-z0-9:._-]+$")
 BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 CONTROLS = "".join(chr(c) for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)])
 LIVE_MENTION = re.compile(r"@[\w-]")
+CODE_SPAN = re.compile(r"`[^`\n]+`")
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
 
 
@@ -180,10 +181,13 @@ def check(bundle: Bundle, verdict: Classification, draft: IssueDraft, evidence: 
         after = lines[blocks[2].end + 1:]  # type: ignore[operator]
     assert after in ([], ["", "_(evidence cut to fit the issue size limit)_"])
 
-    # Outside code: no live mention, no raw HTML (our tuple marker aside).
+    # Outside code (blocks and spans): no live mention, link, image, URL or raw HTML (our tuple marker aside).
     for line in outside:
         assert not LIVE_MENTION.search(line), line
-        assert "<" not in line.replace(TUPLE_MARKER, ""), line
+        text = CODE_SPAN.sub("", line.replace(TUPLE_MARKER, ""))
+        assert "`" not in text, line  # every span closed
+        assert "<" not in text and "](" not in text and "][" not in text, line
+        assert "://" not in text and "www." not in text, line
     # +1 comment: ours, parseable, the same submission.
     assert comment.startswith(PLUSONE_MARKER)
     assert plus_one_submission(comment) == occurrence_of(bundle).submission
@@ -248,7 +252,14 @@ def test_raw_html_stays_inert(engine: Engine) -> None:
     bundle, verdict, draft, evidence = render(engine, model=f"acme/{html}", arch=f"Llama{html}",
                                               excerpt=f"{html}\n{OOM} {html}")
     check(bundle, verdict, draft, evidence)
-    assert "&lt;script&gt;" in draft.body  # escaped in the model line
+    assert f"**Model:** `acme/{html}`" in draft.body  # shown as written, in a code span
+
+
+def test_links_images_and_urls_in_a_model_name_stay_text(engine: Engine) -> None:
+    model = "evil/![pix](https://evil.example/p.png?u=1) [click me](https://evil.example) www.evil.example"
+    bundle, verdict, draft, evidence = render(engine, model=model, excerpt=f"{OOM} see [x](http://a.example)")
+    check(bundle, verdict, draft, evidence)
+    assert f"**Model:** `{model}`" in draft.body
 
 
 def test_a_100_kb_excerpt_is_cut_to_the_limits(engine: Engine) -> None:

@@ -635,3 +635,36 @@ def test_a_failing_review_write_stops_the_run_and_keeps_the_batches_before_it(
     monkeypatch.setattr(ReviewQueue, "add_many", add_many)
     again = run_json(captures)
     assert again["review_queued"] == UNKNOWN - 2 and len(review_files(captures)) == UNKNOWN
+
+
+def test_a_key_too_long_for_any_issue_is_refused_not_filed_again_each_run(captures: Path) -> None:
+    source = captures / "meta-llama-llama-3.1-8b-instruct"
+    [original] = list(source.iterdir())
+    huge = "acme/" + "m" * 70_000
+    for name in ("a", "b"):  # two captures of the same failure
+        target = captures / "zz-huge" / name
+        shutil.copytree(original, target)
+        manifest = json.loads((target / "manifest.json").read_text(encoding="utf-8"))
+        manifest.update(model=huge, model_id=huge, submission_fingerprint=name * 64)
+        (target / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    for _ in range(2):
+        data = run_json(captures)
+        refused = [e for e in data["errors"] if "zz-huge" in e["bundle"]]
+        assert len(refused) == 2 and all("dedup key takes" in e["message"] for e in refused)
+    issues, _occ = db_rows(captures)
+    assert len(issues) == ISSUES  # the examples' issues, none for the refused key
+
+
+def test_a_review_folder_that_cannot_be_written_is_a_clear_error(captures: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from loop_core import trackers
+
+    def full(*_args: Any, **_kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(trackers, "write_texts_many", full)
+    result = invoke("run", captures, code=2)
+    assert "_review-queue: cannot write" in result.stderr and "No space left on device" in result.stderr
+    assert "internal error" not in result.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loop_core import Engine
+from loop_core import Engine, TrackerError
 from loop_core.dedup import TUPLE_MARKER, draft_issue, occurrence_of, parse_body_tuple
 from loop_core.testing import make_bundle
 from loop_core.trackers import FileAction, FileResult, SpoolTracker, SqliteTracker, replay_spool
@@ -456,7 +456,7 @@ def test_a_hot_queue_file_kept_between_batches_is_written_as_a_whole_write_would
         raise OSError("disk full")
 
     monkeypatch.setattr(trackers, "write_texts_many", broken)
-    with pytest.raises(OSError):
+    with pytest.raises(TrackerError, match="_review-queue: cannot write 1 file.*disk full"):
         mine.add_many([(a, occ(9))])
     assert path not in mine._files._kept
     monkeypatch.undo()
