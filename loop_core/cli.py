@@ -29,6 +29,16 @@ class LoopClickError(click.ClickException):
     exit_code = 2
 
 
+def _shown(value: Any, keep: str = "") -> str:
+    """``value`` as text safe to print to a terminal: a character that is not
+    printable (an escape sequence's ESC, a bell), other than those in ``keep``,
+    is written as its escape (``\x1b``), so capture text cannot drive the terminal."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
+
+
 def _engine(rules: str, *, collect_errors: bool = False) -> Any:
     from .engine import Engine
 
@@ -710,7 +720,7 @@ def _run_table(captures: Path, data: dict[str, Any], tracker_name: str) -> None:
     if data["reader_errors"]:
         click.echo(f"unreadable bundles: {data['reader_errors']}")
         for err in data["errors"]:
-            click.echo(f"  {err['message']}")
+            click.echo(f"  {_shown(err['message'])}")
     if not data["dry_run"] and tracker_name == "sqlite":
         click.echo(f"browse: loop-rules tracker list {captures}")
 
@@ -767,13 +777,13 @@ def tracker_show(captures: Path, issue: str, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(found, indent=2))
         return
-    click.echo(f"#{found['id']} {found['title']}")
-    click.echo(f"labels: {', '.join(found['labels'])}")
+    click.echo(f"#{found['id']} {_shown(found['title'])}")
+    click.echo(f"labels: {_shown(', '.join(found['labels']))}")
     click.echo(f"state: {found['state']}; occurrences: {found['occurrences']}\n")
-    click.echo(found["body"])
+    click.echo(_shown(found["body"], keep="\n\t"))
     click.echo("\noccurrences:")
     for occ in found["occurrence_list"]:
-        click.echo(f"  {occ['utc_ts']}  {occ['submission'][:16]}  {occ['bundle']}")
+        click.echo(f"  {_shown(occ['utc_ts'])}  {_shown(occ['submission'][:16])}  {_shown(occ['bundle'])}")
 
 
 def _open_tracker(captures: Path) -> Any:
@@ -807,13 +817,13 @@ def review_list(captures: Path, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(items, indent=2))
         return
-    click.echo(f"{'DEDUP':12}  {'COUNT':>5}  {'MODEL':40} ERROR")
+    click.echo(f"{'DEDUP':12}  {'COUNT':>5}  {'MODEL':39}  ERROR")
     for item in items:
         error = str(item.get("final_error") or item.get("error_substring") or "")
         occurrences = item.get("occurrences") or []
         count = len(occurrences) if isinstance(occurrences, list) else "?"  # a file edited by hand
-        click.echo(f"{str(item.get('dedup_hash'))[:12]:12}  {count:>5}  "
-                   f"{str(item.get('model_slug'))[:40]:40} {error[:60]}")
+        click.echo(f"{_shown(item.get('dedup_hash'))[:12]:12}  {count:>5}  "
+                   f"{_shown(item.get('model_slug'))[:39]:39}  {_shown(error)[:60]}")
     click.echo(f"\n{len(items)} item(s) waiting for review")
 
 

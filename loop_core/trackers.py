@@ -764,8 +764,9 @@ class SqliteTracker:
             return self._issue(ref)
 
     def _issue(self, ref: str) -> dict[str, Any] | None:
-        if ref.isdigit():
-            found = self._summaries("WHERE i.id = ?", (int(ref),))
+        if ref.isascii() and ref.isdigit():  # str.isdigit() also holds for '²' and other scripts' digits
+            number = int(ref)
+            found = self._summaries("WHERE i.id = ?", (number,)) if number < 2**63 else []
         else:
             found = self._summaries("WHERE i.dedup_hash = ? ORDER BY i.id LIMIT 1", (ref,))
         if not found:

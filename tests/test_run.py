@@ -668,3 +668,25 @@ def test_a_review_folder_that_cannot_be_written_is_a_clear_error(captures: Path,
     result = invoke("run", captures, code=2)
     assert "_review-queue: cannot write" in result.stderr and "No space left on device" in result.stderr
     assert "internal error" not in result.stderr
+
+
+@pytest.mark.parametrize("ref", ["99999999999999999999999", "\u00b2", "\u0661"])
+def test_tracker_show_of_an_odd_number_is_no_issue(captures: Path, ref: str) -> None:
+    run_json(captures)
+    result = invoke("tracker", "show", captures, ref, code=2)
+    assert f"no issue {ref!r}" in result.stderr
+
+
+def test_capture_text_cannot_drive_the_terminal(captures: Path) -> None:
+    escape = "\x1b]0;OWNED\x07\x1b[2J"
+    for path in captures.rglob("manifest.json"):
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        if manifest.get("schema") == 1:
+            manifest["utc_ts"] = manifest["utc_ts"] + escape
+            manifest["model"] = manifest["model"] + escape
+            path.write_text(json.dumps(manifest), encoding="utf-8")
+    run_json(captures)
+    outputs = [invoke("review", "list", captures).stdout, invoke("tracker", "show", captures, "1").stdout]
+    for out in outputs:
+        assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b]0;OWNED\\x07" in outputs[1]  # shown, escaped
