@@ -695,11 +695,27 @@ def run(captures: Path, tracker_name: str, repo: str | None, rules: str, catalog
             bar.__exit__(None, None, None)
         if tracker is not None:
             tracker.close()
+    _tell_problems(tracker, captures)
     data = summary.to_dict()
     if fmt == "json":
         click.echo(json.dumps(data, indent=2))
         return
     _run_table(captures, data, tracker_name)
+
+
+def _tell_problems(tracker: Any, captures: Path | None) -> None:
+    """Say on stderr what a tracker met (the github tracker's failed ``gh`` calls), and
+    where the occurrences it could not file wait; a tracker without ``problems`` met none."""
+    problems = getattr(tracker, "problems", None)
+    if not problems:
+        return
+    for problem in problems:
+        click.echo(f"loop-rules: {getattr(tracker, 'name', 'tracker')}: {_shown(problem)}", err=True)
+    if captures is not None:
+        from .trackers import DEDUP_QUEUE
+
+        click.echo(f"loop-rules: what could not be filed waits in {captures / DEDUP_QUEUE}; "
+                   f"`loop-rules spool replay {captures} --tracker {tracker.name}` files it", err=True)
 
 
 def _run_table(captures: Path, data: dict[str, Any], tracker_name: str) -> None:
@@ -857,6 +873,7 @@ def spool_replay(captures: Path, tracker_name: str, repo: str | None) -> None:
         results = replay_spool(SpoolTracker(captures), target)
     finally:
         target.close()
+    _tell_problems(target, None)  # what is left stays in the spool, as the summary says
     counts: dict[str, int] = {}
     for r in results:
         if r.problem is not None:
@@ -892,6 +909,7 @@ def labels_bootstrap(repo: str | None) -> None:
     results = gh.bootstrap_labels()
     for name, ok in results.items():
         click.echo(f"{'ok' if ok else 'FAILED':6} {name}")
+    _tell_problems(gh, None)
     if not all(results.values()):
         sys.exit(1)
 

@@ -164,6 +164,8 @@ class GitHubTracker:
         self._issues: dict[tuple[str, ...], tuple[int, set[str]]] = {}  # tuple -> (issue, submissions)
         self._failures = 0
         self._down: str | None = None
+        # What went wrong, each distinct message once, for the user (FileResult.reason is terse).
+        self.problems: dict[str, None] = {}
 
     # -- the Tracker protocol --------------------------------------------
 
@@ -174,6 +176,7 @@ class GitHubTracker:
         except _Degraded as e:
             return self._spool(draft, occurrence, str(e))
         except Exception as e:  # noqa: BLE001 - a bug here must not lose the occurrence
+            self.problems[f"internal error while filing: {type(e).__name__}: {e}"] = None
             return self._spool(draft, occurrence, f"gh-degraded:internal {type(e).__name__}")
 
     def close(self) -> None:
@@ -344,6 +347,8 @@ class GitHubTracker:
 
     def _check_cap(self) -> None:
         if self.creates >= self.max_creates_per_run:
+            self.problems[f"{self.max_creates_per_run} issues and comments created, this run's cap; "
+                          "the rest was spooled"] = None
             raise _Degraded("run-cap")
 
     def _before_create(self) -> None:
@@ -377,6 +382,8 @@ class GitHubTracker:
     def _fail(self, step: str, r: GhResult) -> NoReturn:
         """Spool this occurrence; after an outage, the rest of the run too."""
         reason = f"gh-degraded:{step} rc={r.returncode}"
+        said = next((line.strip() for line in (r.stderr or "").splitlines() if line.strip()), "no message")
+        self.problems[f"`gh {step.replace('-', ' ')}` failed (exit {r.returncode}): {said}"] = None
         self._failures += 1
         if r.returncode in _OUTAGE or step == "label-list" or self._failures >= 3:
             self._down = reason

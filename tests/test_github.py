@@ -608,3 +608,34 @@ def test_the_first_submission_marker_never_cuts_a_full_body(gh: FakeGh, captures
     assert tracker(captures, fake_clock).file(draft, occ).action is FileAction.OPENED
     [issue] = gh.issues()
     assert len(issue["body"]) <= 65_536 and issue["body"] == first_body(draft, occ)
+
+
+def test_run_says_why_nothing_reached_github(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from click.testing import CliRunner
+
+    from loop_core.cli import cli
+
+    captures = tmp_path / "captures"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "pull-captures", captures)
+    empty = tmp_path / "no-gh"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no gh anywhere
+    result = CliRunner().invoke(cli, ["run", str(captures), "--tracker", "github", "--repo", REPO])
+    assert result.exit_code == 0, result.output
+    assert "13 spooled" in result.stdout
+    assert "loop-rules: github: `gh label list` failed (exit 127): gh: command not found" in result.stderr
+    assert f"spool replay {captures} --tracker github" in result.stderr
+
+    bootstrap = CliRunner().invoke(cli, ["labels", "bootstrap", "--repo", REPO])
+    assert bootstrap.exit_code == 1
+    assert "gh: command not found" in bootstrap.stderr
+
+
+def test_problems_name_each_failing_call_once(gh: FakeGh, captures: Path, fake_clock: FakeClock,
+                                              failure: Any) -> None:
+    t = tracker(captures, fake_clock, runner=failing("issue", "create"))
+    for ts in ("20260801T093000Z", "20260802T093000Z"):
+        assert t.file(failure(model=f"acme/M-{ts}", ts=ts)[0], failure(ts=ts)[1]).action is FileAction.SPOOLED
+    assert list(t.problems) == ["`gh issue create` failed (exit 1): HTTP 502: simulated"]
