@@ -144,7 +144,7 @@ def classify_rows(paths: Iterable[str | os.PathLike[str]], engine: Engine, *, jo
 
 
 def verdict_row(outcome: Outcome) -> dict[str, Any]:
-    """The ``classify --format json/jsonl`` row (ARCHITECTURE.md output contract)."""
+    """The ``classify --format json/jsonl`` row (docs/cli.md, "JSON and JSONL output")."""
     row: dict[str, Any] = {"bundle": str(outcome.path)}
     if outcome.error is not None or outcome.bundle is None or outcome.verdict is None:
         row.update({
@@ -184,13 +184,15 @@ def verdict_row(outcome: Outcome) -> dict[str, Any]:
     return row
 
 
+TRUST_FIELDS = ("stage", "reason", "graduation_set", "fingerprint_ok", "curated", "curated_model",
+                "consensus_count", "consensus_reached", "calibration_row")
+
+
 def _trust_fields(result: Any) -> dict[str, Any]:
     if result is None:
-        return {"stage": None, "reason": None, "graduation_set": None, "fingerprint_ok": None, "curated": None,
-                "curated_model": None, "consensus_count": None, "consensus_reached": None, "calibration_row": None}
+        return dict.fromkeys(TRUST_FIELDS)
     d = result.to_dict()
-    return {k: d[k] for k in ("stage", "reason", "graduation_set", "fingerprint_ok", "curated",
-                              "curated_model", "consensus_count", "consensus_reached", "calibration_row")}
+    return {k: d[k] for k in TRUST_FIELDS}
 
 
 def trust_rows(paths: Iterable[str | os.PathLike[str]], *, catalog: str | os.PathLike[str] | None = None,

@@ -39,11 +39,11 @@ def _shown(value: Any, keep: str = "") -> str:
     return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
-def _engine(rules: str, *, collect_errors: bool = False) -> Any:
+def _engine(rules: str) -> Any:
     from .engine import Engine
 
     try:
-        return Engine.build(rules, collect_errors=collect_errors)
+        return Engine.build(rules)
     except LoopError as e:
         raise LoopClickError(str(e)) from e
 
@@ -117,7 +117,7 @@ def cli() -> None:
     \b
     Example:
         loop-rules classify examples/pull-captures
-        loop-rules explain examples/pull-captures/some-model/20260801T093000Z
+        loop-rules explain examples/pull-captures/qwen-qwen3-14b/20261126T101112Z
         loop-rules check --rules rules.d
     """
 
@@ -265,7 +265,7 @@ def explain(bundle: Path, rules: str, fmt: str) -> None:
 
     \b
     Example:
-        loop-rules explain --rules reference captures/acme-7b/20260801T093000Z
+        loop-rules explain --rules reference examples/pull-captures/qwen-qwen3-14b/20261126T101112Z
     """
     from .bundle import read_bundle
     from .keys import dedup_key
@@ -411,17 +411,19 @@ def test(rules: str, verbose: bool, fmt: str) -> None:
 @_guard
 def trust(paths: tuple[Path, ...], catalog: Path | None, promote: bool, priors: tuple[Path, ...],
           consensus_n: int, fmt: str) -> None:
-    """Run success anchors under PATHS through the trust pipeline.
+    """Run the capture bundles under PATHS through the trust pipeline.
 
-    Stages: raw -> candidate (fingerprint re-derived, at least one green
-    capability) -> validated (plausible topology and consensus or --promote)
-    -> tier1 (curated models only; emits the would-be calibration row).
+    Stages: raw -> candidate (the submission fingerprint re-derives; a bundle
+    with no green capability stops here, reason no-green-capability) ->
+    validated (a green capability, plausible topology, and consensus or
+    --promote) -> tier1 (curated models only; emits the would-be calibration
+    row). run passes only its success anchors through trust.
     Gate-only bundles have no trust verdict (stage null). A submission never
     counts twice toward consensus. Exit status 1 when any bundle could not be read.
 
     \b
     Example:
-        loop-rules trust --catalog catalog.yml captures/
+        loop-rules trust --catalog examples/catalog.yml examples/pull-captures
         loop-rules trust --priors archive/ --consensus-n 3 --format jsonl captures/
     """
     from .batch import trust_rows
@@ -520,8 +522,8 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
 
     \b
     Example:
-        loop-rules learn captures/acme-7b/20260801T093000Z --as kernel-unsupported
-        loop-rules learn --review 3a0e288f9dcc --captures captures --as unknown
+        loop-rules learn examples/pull-captures/qwen-qwen3-14b/20261126T101112Z --as kernel-unsupported
+        loop-rules learn --review 3a0e288f9dcc --captures examples/pull-captures --as unknown
     """
     from .bundle import read_bundle
     from .engine import Engine, condition_kinds
@@ -651,8 +653,9 @@ def _tracker(name: str, captures: Path, repo: str | None) -> Any:
 @click.option("--dry-run", is_flag=True, help="Classify and count, but file and queue nothing.")
 @jobs_option("Worker processes for reading and classifying (filing stays in one process).")
 @click.option("--batch", type=click.IntRange(min=1), default=256, show_default=True,
-              help="Failures filed per tracker transaction, and unknowns per review-queue write; a "
-                   "batch also goes out after 0.25 s. 1 writes each one at once.")
+              help="Failures filed per tracker transaction (a batch also goes out after 0.25 s); "
+                   "unknowns are written to the review queue four times as many at once (or after "
+                   "1 s). 1 writes each one at once.")
 @format_option("table", "json")
 @_guard
 def run(captures: Path, tracker_name: str, repo: str | None, rules: str, catalog: Path | None,
@@ -669,8 +672,8 @@ def run(captures: Path, tracker_name: str, repo: str | None, rules: str, catalog
     \b
     Example:
         loop-rules run examples/pull-captures
-        loop-rules run .pull-captures --tracker github --repo acme/llm-rig
-        loop-rules run .pull-captures --dry-run --format json
+        loop-rules run examples/pull-captures --tracker github --repo acme/llm-rig
+        loop-rules run examples/pull-captures --dry-run --format json
     """
     from .catalog import load_catalog
     from .pipeline import run_captures
@@ -743,7 +746,13 @@ def _run_table(captures: Path, data: dict[str, Any], tracker_name: str) -> None:
 
 @cli.group()
 def tracker() -> None:
-    """Browse the embedded SQLite tracker of a captures folder."""
+    """Browse the embedded SQLite tracker of a captures folder.
+
+    \b
+    Example:
+        loop-rules tracker list examples/pull-captures
+        loop-rules tracker show examples/pull-captures 1
+    """
 
 
 @tracker.command("list")
@@ -813,7 +822,12 @@ def _open_tracker(captures: Path) -> Any:
 
 @cli.group()
 def review() -> None:
-    """The review queue: unknown failures waiting for a maintainer."""
+    """The review queue: unknown failures waiting for a maintainer.
+
+    \b
+    Example:
+        loop-rules review list examples/pull-captures
+    """
 
 
 @review.command("list")
@@ -845,7 +859,12 @@ def review_list(captures: Path, fmt: str) -> None:
 
 @cli.group()
 def spool() -> None:
-    """The offline spool: failures that could not reach a tracker."""
+    """The offline spool: failures that could not reach a tracker.
+
+    \b
+    Example:
+        loop-rules spool replay examples/pull-captures --tracker github --repo acme/llm-rig
+    """
 
 
 @spool.command("replay")
@@ -862,7 +881,7 @@ def spool_replay(captures: Path, tracker_name: str, repo: str | None) -> None:
 
     \b
     Example:
-        loop-rules spool replay .pull-captures --tracker github --repo acme/llm-rig
+        loop-rules spool replay examples/pull-captures --tracker github --repo acme/llm-rig
     """
     from .trackers import SpoolTracker, replay_spool
 
@@ -890,7 +909,12 @@ def spool_replay(captures: Path, tracker_name: str, repo: str | None) -> None:
 
 @cli.group()
 def labels() -> None:
-    """GitHub labels used by the github tracker."""
+    """GitHub labels used by the github tracker.
+
+    \b
+    Example:
+        loop-rules labels bootstrap --repo acme/llm-rig
+    """
 
 
 @labels.command("bootstrap")
@@ -951,7 +975,6 @@ def main(argv: list[str] | None = None) -> None:
     see the note on ``gc.freeze`` below.
     """
     import gc
-    import os
 
     try:
         cli.main(args=argv, prog_name="loop-rules", standalone_mode=True)
