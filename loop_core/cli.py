@@ -976,6 +976,10 @@ def main(argv: list[str] | None = None) -> None:
     """
     import gc
 
+    from .envflags import unknown_settings
+
+    for problem in unknown_settings():
+        click.echo(f"loop-rules: warning: {problem}", err=True)
     try:
         cli.main(args=argv, prog_name="loop-rules", standalone_mode=True)
     except Exception as e:  # noqa: BLE001 - the last line of defence

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -249,3 +250,15 @@ def test_run_batch_default_is_the_trackers_batch() -> None:
 
     (option,) = [p for p in run.params if p.name == "batch"]
     assert option.default == BATCH
+
+
+@pytest.mark.parametrize("value, warned", [("of", True), ("bogus", True), ("OFF", False), ("ahocorasick", False),
+                                           ("1", False), ("", False)])
+def test_a_switch_set_to_a_value_it_does_not_know_is_warned_about(value: str, warned: bool) -> None:
+    env = {**os.environ, "LOOP_RULES_SCANNER": value}
+    result = subprocess.run([sys.executable, "-m", "loop_core", "--version"], capture_output=True, text=True,
+                            env=env, check=True)
+    assert ("LOOP_RULES_SCANNER=" in result.stderr) is warned, result.stderr
+    if warned:
+        assert f"warning: LOOP_RULES_SCANNER={value!r} is not one of off" in result.stderr
+        assert "taken as on" in result.stderr
