@@ -442,11 +442,11 @@ def _trust_table(rows: Iterable[dict[str, Any]]) -> int:
         name = _short_name(row["bundle"])
         if row["reader_error"] is not None:
             bad += 1
-            click.echo(f"{name:40}  {'(unreadable)':10} {row['reader_error']['message']}")
+            click.echo(f"{name:40}  {'unreadable':10} {row['reader_error']['message']}")
             continue
-        stage = row["stage"] or "-"
-        stages[stage] = stages.get(stage, 0) + 1
-        click.echo(f"{name:40}  {stage:10} {str(row['reason'] or 'gate-only bundle'):32} "
+        counted = row["stage"] or "no stage"  # a gate-only bundle
+        stages[counted] = stages.get(counted, 0) + 1
+        click.echo(f"{name:40}  {row['stage'] or '-':10} {str(row['reason'] or 'gate-only bundle'):32} "
                    f"{', '.join(row['graduation_set'] or [])}")
     summary = ", ".join(f"{k} {v}" for k, v in sorted(stages.items()))
     click.echo(f"\n{sum(stages.values()) + bad} bundle(s): {summary}" + (f"; {bad} unreadable" if bad else ""))
@@ -485,14 +485,15 @@ def eval_(corpus: Path, rules: str, split: str, compare_with: str | None, fmt: s
         click.echo(json.dumps([r.to_dict() for r in reports], indent=2))
         return
     click.echo(f"{len(cases)} case(s), split {split}")
-    header = f"{'class':20}" + "".join(f" | {r.pack[:9]:>9} P     R    F1  " for r in reports) + " | support"
-    click.echo(header)
+    # Each pack's cell: its name, then P, R and F1 right-aligned under their headings.
+    header = f"{'class':20}" + "".join(f" | {r.pack[:12]:12} {'P':>5} {'R':>5} {'F1':>5}" for r in reports)
+    click.echo(header + " | support")
     for cls, row in reports[0].per_class().items():
-        cells = "".join(f" | {r.per_class()[cls]['precision']:9.2f} {r.per_class()[cls]['recall']:5.2f} "
+        cells = "".join(f" | {'':12} {r.per_class()[cls]['precision']:5.2f} {r.per_class()[cls]['recall']:5.2f} "
                         f"{r.per_class()[cls]['f1']:5.2f}" for r in reports)
         click.echo(f"{cls:20}{cells} | {row['support']}")
     for label, attr in (("macro-F1", "macro_f1"), ("accuracy", "accuracy"), ("hard accuracy", "hard_accuracy")):
-        click.echo(f"{label:20}" + "".join(f" | {getattr(r, attr):21.3f}" for r in reports))
+        click.echo(f"{label:20}" + "".join(f" | {getattr(r, attr):30.3f}" for r in reports))
     for r in reports:
         click.echo(f"\nmisses of {r.pack} ({len(r.misses)}):")
         for miss in r.misses:

@@ -262,3 +262,25 @@ def test_a_switch_set_to_a_value_it_does_not_know_is_warned_about(value: str, wa
     if warned:
         assert f"warning: LOOP_RULES_SCANNER={value!r} is not one of off" in result.stderr
         assert "taken as on" in result.stderr
+
+
+def test_eval_table_columns_line_up() -> None:
+    corpus = Path(__file__).resolve().parent / "corpus"
+    result = invoke("eval", "--corpus", str(corpus), "--split", "tune", "--compare", "reference")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = lines[1]
+    bars = [i for i, c in enumerate(header) if c == "|"]
+    rows = [line for line in lines[2:] if line.count("|") == 3]
+    assert len(rows) == 6  # one per class
+    for line in rows:
+        assert [i for i, c in enumerate(line) if c == "|"] == bars, line
+    for heading in ("P", "R", "F1"):  # the first pack's numbers end where their headings end
+        end = header.index(f" {heading} ") + 1 + len(heading)
+        assert rows[0][end - 1].isdigit() and rows[0][end] == " ", (heading, rows[0])
+
+
+def test_trust_summary_counts_gate_only_bundles_by_name() -> None:
+    examples = Path(__file__).resolve().parent.parent / "examples" / "pull-captures"
+    last = invoke("trust", str(examples)).output.splitlines()[-1]
+    assert "no stage 3" in last and ", - " not in last and not last.split(": ", 1)[1].startswith("- ")
