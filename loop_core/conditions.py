@@ -447,6 +447,31 @@ def compile_condition(
     return _compile(raw, kinds, timeout, where, regexes, MAX_NESTING)
 
 
+class ConditionErrors(ValueError):
+    """Several problems in one ``when`` (each item of a list is checked), one per message."""
+
+    def __init__(self, messages: Sequence[str]) -> None:
+        super().__init__("; ".join(messages))
+        self.messages = tuple(messages)
+
+
+def _compile_all(items: list[Any], kinds: Mapping[str, ConditionKind], timeout: float, where: str,
+                 regexes: Callable[[str, int], GuardedRegex], room: int) -> tuple[Condition, ...]:
+    """Each item compiled, or every item's problems raised at once."""
+    out: list[Condition] = []
+    problems: list[str] = []
+    for i, item in enumerate(items):
+        try:
+            out.append(_compile(item, kinds, timeout, f"{where}[{i}]", regexes, room))
+        except ConditionErrors as e:
+            problems.extend(e.messages)
+        except ValueError as e:
+            problems.append(str(e))
+    if problems:
+        raise ConditionErrors(problems)
+    return tuple(out)
+
+
 def _compile(raw: Any, kinds: Mapping[str, ConditionKind], timeout: float, where: str,
              regexes: Callable[[str, int], GuardedRegex], room: int) -> Condition:
     if room < 0:
@@ -454,8 +479,7 @@ def _compile(raw: Any, kinds: Mapping[str, ConditionKind], timeout: float, where
     if isinstance(raw, list):
         if not raw:  # an empty list would match every bundle
             raise ValueError(f"{where}: needs a non-empty list of conditions")
-        return All(tuple(_compile(c, kinds, timeout, f"{where}[{i}]", regexes, room - 1)
-                         for i, c in enumerate(raw)))
+        return All(_compile_all(raw, kinds, timeout, where, regexes, room - 1))
     if not isinstance(raw, dict) or not raw:
         raise ValueError(f"{where}: a condition must be a non-empty mapping or list, got {_short(raw)}")
     keys = set(raw)
@@ -467,8 +491,7 @@ def _compile(raw: Any, kinds: Mapping[str, ConditionKind], timeout: float, where
     if name in ("all", "any"):
         if not isinstance(arg, list) or not arg:
             raise ValueError(f"{where}.{name}: needs a non-empty list of conditions")
-        items = tuple(_compile(c, kinds, timeout, f"{where}.{name}[{i}]", regexes, room - 1)
-                      for i, c in enumerate(arg))
+        items = _compile_all(arg, kinds, timeout, f"{where}.{name}", regexes, room - 1)
         return All(items) if name == "all" else Any_(items)
     if name == "not":
         return Not(_compile(arg, kinds, timeout, f"{where}.not", regexes, room - 1))
@@ -485,7 +508,10 @@ def _compile(raw: Any, kinds: Mapping[str, ConditionKind], timeout: float, where
 
 def _compile_select(raw: dict[str, Any], timeout: float, where: str,
                     regexes: Callable[[str, int], GuardedRegex]) -> Select:
-    selector = compile_selector(raw["select"])
+    try:
+        selector = compile_selector(raw["select"])
+    except ValueError as e:
+        raise ValueError(f"{where}.select: {e}") from e
     ignore_case = raw.get("ignore_case", False)
     if not isinstance(ignore_case, bool):
         raise ValueError(f"{where}.ignore_case: must be true or false, got {ignore_case!r}")

@@ -560,7 +560,8 @@ def _load_rule(raw: Any, source: RuleSource, kinds: Mapping[str, ConditionKind],
     try:
         when = compile_condition(raw["when"], kinds, timeout=settings.regex_timeout, regexes=regexes.make)
     except ValueError as e:
-        problems.add(f"{where}: {e}")
+        for message in getattr(e, "messages", (str(e),)):  # ConditionErrors: every item's problem
+            problems.add(f"{where}: {message}")
         ok = False
     examples = _load_examples(raw["examples"], where, problems)
     if examples is None or not ok or not isinstance(rule_id, str):

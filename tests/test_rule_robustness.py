@@ -71,7 +71,7 @@ def test_a_bad_regex_in_a_jsonpath_filter_is_a_load_problem(tmp_path: Path, pm: 
                  rule("filt", """{select: '$.manifest[?(@.model =~ "(")]', exists: true}""", cls="unknown",
                       examples="{match: [{manifest: {model: x}}]}"))
     found = problems_of(pack, pm)
-    assert "p/10.yml[0] filt: invalid regex '(' in a filter of selector" in found
+    assert "p/10.yml[0] filt: when.select: invalid regex '(' in a filter of selector" in found
     result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
     assert result.exit_code == 1 and "internal error" not in result.output
 
@@ -221,3 +221,18 @@ def test_many_word_start_rules_match_with_and_without_the_scanner(
     engine = Engine.build(pack, pm)
     verdict = engine.classify(make_bundle("ERROR engine said: f069\tbarbazqux happened"))
     assert verdict.matched_rule == "r69"
+
+
+def test_every_bad_item_of_a_condition_is_reported(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    when = ("{any: [{select: $.signal.error_text, regex: '(a'}, {select: $.signal.error_text, contains: ok},"
+            " {select: $.signal.nope, contains: x}, [{select: $.signal.error_text, regex: '[b'}]]}")
+    pack = write(tmp_path / "p", "10.yml", rule("many", when))
+    with pytest.raises(RuleError) as info:
+        Engine.build(pack, pm, collect_errors=True)
+    problems = info.value.problems
+    assert len(problems) == 3, problems
+    assert "many: when.any[0]: invalid regex '(a'" in problems[0]
+    assert "many: when.any[2]" in problems[1] and "unknown signal 'nope'" in problems[1]
+    assert "many: when.any[3][0]: invalid regex '[b'" in problems[2]
+    with pytest.raises(RuleError, match=r"when.any\[0\]: invalid regex"):  # without collect: the first
+        Engine.build(pack, pm)
