@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .bundle import BUNDLE_FILES, Bundle, ReadLimits, read_bundle
+from .bundle import BUNDLE_FILES, Bundle, ReadLimits, path_text, read_bundle
 from .engine import Engine
 from .errors import BundleError
-from .jsontext import dumps_indented
+from .jsontext import dumps_indented, strict_dumps
 from .keys import consensus_key, dedup_key, dedup_labels
 from .verdict import Classification
 
@@ -108,12 +108,16 @@ _JSONL_LINE = json.JSONEncoder(ensure_ascii=False).encode
 
 def _jsonl(path: str, engine: Engine) -> tuple[bool, str]:
     row = _row(path, engine)
-    return row["reader_error"] is not None, _JSONL_LINE(row)
+    return row["reader_error"] is not None, strict_dumps(_JSONL_LINE, row)
 
 
 def _json_element(path: str, engine: Engine) -> tuple[bool, str]:
     row = _row(path, engine)
-    return row["reader_error"] is not None, dumps_indented(row, ensure_ascii=False)
+    return row["reader_error"] is not None, strict_dumps(_indented, row)
+
+
+def _indented(row: dict[str, Any]) -> str:
+    return dumps_indented(row, ensure_ascii=False)
 
 
 def classify_text(paths: Iterable[str | os.PathLike[str]], engine: Engine, *, indent: bool = False,
@@ -145,11 +149,11 @@ def classify_rows(paths: Iterable[str | os.PathLike[str]], engine: Engine, *, jo
 
 def verdict_row(outcome: Outcome) -> dict[str, Any]:
     """The ``classify --format json/jsonl`` row (docs/cli.md, "JSON and JSONL output")."""
-    row: dict[str, Any] = {"bundle": str(outcome.path)}
+    row: dict[str, Any] = {"bundle": path_text(outcome.path)}
     if outcome.error is not None or outcome.bundle is None or outcome.verdict is None:
         row.update({
             "schema": None,
-            "reader_error": {"type": type(outcome.error).__name__, "message": str(outcome.error)},
+            "reader_error": {"type": type(outcome.error).__name__, "message": path_text(outcome.error)},
             "failure_class": None, "tier": None, "matched_rule": None, "fingerprint": None,
             "error_substring": None, "should_file": None, "review_queue": None,
             "route_as_kv_calc_bug": None, "delta_mib": None, "consensus_key": None,
@@ -219,11 +223,11 @@ def trust_rows(paths: Iterable[str | os.PathLike[str]], *, catalog: str | os.Pat
             except BundleError:
                 continue  # an unreadable prior simply does not count
     for path in discover_bundles(paths):
-        row: dict[str, Any] = {"bundle": str(path)}
+        row: dict[str, Any] = {"bundle": path_text(path)}
         try:
             bundle = read_bundle(path, limits=limits)
         except BundleError as e:
-            row["reader_error"] = {"type": type(e).__name__, "message": str(e)}
+            row["reader_error"] = {"type": type(e).__name__, "message": path_text(e)}
             row.update(_trust_fields(None))
             yield row
             continue

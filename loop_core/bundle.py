@@ -39,6 +39,7 @@ __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "Bundle",
     "ReadLimits",
+    "path_text",
     "read_bundle",
 ]
 
@@ -422,6 +423,23 @@ def _decode_object(root: Path, name: str, data: bytes, limits: ReadLimits) -> di
                 f"{root / name}: holds a lone surrogate escape, which is not valid Unicode", path=root
             ) from e
     return doc
+
+
+def path_text(value: object) -> str:
+    """``str(value)`` (a path, or a message naming one) as text every encoder takes.
+
+    A file name that is not UTF-8 reaches Python with each bad byte as a lone
+    surrogate (``surrogateescape``), which a UTF-8 stdout, SQLite or a JSON
+    reader refuses; here such a byte is written ``\\xff``.
+    """
+    text = str(value)
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text
 
 
 def describe_json_parser() -> str:

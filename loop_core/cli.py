@@ -191,9 +191,12 @@ def _emit_rows(rows: Iterable[dict[str, Any]], fmt: str,
     """Print rows as jsonl, one json array, or a table; return how many had reader errors."""
     if fmt == "table":
         return table(rows)
-    indent = fmt == "json"
-    return _emit_texts(((row.get("reader_error") is not None,
-                         json.dumps(row, indent=2 if indent else None, ensure_ascii=False)) for row in rows), fmt)
+    from .jsontext import strict_dumps
+
+    def dumps(row: dict[str, Any]) -> str:
+        return json.dumps(row, indent=2 if fmt == "json" else None, ensure_ascii=False)
+
+    return _emit_texts(((row.get("reader_error") is not None, strict_dumps(dumps, row)) for row in rows), fmt)
 
 
 def _emit_texts(texts: Iterable[tuple[bool, str]], fmt: str) -> int:
@@ -232,7 +235,7 @@ def _classify_table(rows: Iterable[dict[str, Any]]) -> int:
         name = _short_name(row["bundle"])
         if row["reader_error"] is not None:
             bad += 1
-            click.echo(f"{name:40}  {'(unreadable)':19} {'':12} {row['reader_error']['message']}")
+            click.echo(f"{name:40}  {'(unreadable)':19} {'':12} {_shown(row['reader_error']['message'])}")
             continue
         counts[row["failure_class"]] = counts.get(row["failure_class"], 0) + 1
         click.echo(f"{name:40}  {row['failure_class']:19} {row['tier']:12} "
@@ -248,7 +251,7 @@ def _classify_table(rows: Iterable[dict[str, Any]]) -> int:
 
 def _short_name(path: str, width: int = 40) -> str:
     parts = Path(path).parts
-    name = "/".join(parts[-2:]) if len(parts) >= 2 else path
+    name = _shown("/".join(parts[-2:]) if len(parts) >= 2 else path)
     return name if len(name) <= width else "..." + name[-(width - 3):]
 
 
@@ -267,7 +270,7 @@ def explain(bundle: Path, rules: str, fmt: str) -> None:
     Example:
         loop-rules explain --rules reference examples/pull-captures/qwen-qwen3-14b/20261126T101112Z
     """
-    from .bundle import read_bundle
+    from .bundle import path_text, read_bundle
     from .keys import dedup_key
 
     engine = _engine(rules)
@@ -275,14 +278,16 @@ def explain(bundle: Path, rules: str, fmt: str) -> None:
     verdict, traces = engine.explain(b)
     key = dedup_key(b, verdict.failure_class.value)
     if fmt == "json":
-        click.echo(json.dumps({
-            "bundle": str(bundle), "verdict": verdict.to_dict(), "dedup_hash": key.digest(),
+        from .jsontext import strict_dumps
+
+        click.echo(strict_dumps(lambda doc: json.dumps(doc, indent=2, ensure_ascii=False), {
+            "bundle": path_text(bundle), "verdict": verdict.to_dict(), "dedup_hash": key.digest(),
             "matchers": [{"matcher": t.matcher, "tier": t.tier.value, "matched": t.decided,
                           "trace": [line for tr in t.traces for line in tr.lines()]}
                          for t in traces],
-        }, indent=2, ensure_ascii=False))
+        }))
         return
-    click.echo(f"bundle: {bundle}")
+    click.echo(f"bundle: {_shown(path_text(bundle))}")
     click.echo(f"pack: {engine.pack.name} (rules_version {engine.pack.version})")
     click.echo(f"error_substring: {verdict.error_substring!r}")
     click.echo(f"fingerprint: {verdict.fingerprint}\n")
@@ -442,7 +447,7 @@ def _trust_table(rows: Iterable[dict[str, Any]]) -> int:
         name = _short_name(row["bundle"])
         if row["reader_error"] is not None:
             bad += 1
-            click.echo(f"{name:40}  {'unreadable':10} {row['reader_error']['message']}")
+            click.echo(f"{name:40}  {'unreadable':10} {_shown(row['reader_error']['message'])}")
             continue
         counted = row["stage"] or "no stage"  # a gate-only bundle
         stages[counted] = stages.get(counted, 0) + 1

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import litscan
-from .bundle import Bundle
+from .bundle import Bundle, path_text
 from .errors import BundleError
 from .jsontext import dumps_indented, scalar_text
 from .keys import (
@@ -360,7 +360,7 @@ def occurrence_of(bundle: Bundle) -> Occurrence:
     else:
         canonical = json.dumps(m, sort_keys=True, ensure_ascii=True, default=str)
         submission = "manifest-" + hashlib.sha256(canonical.encode()).hexdigest()
-    return Occurrence(submission, m.get("utc_ts"), m.get("club3090_commit"), str(bundle.path))
+    return Occurrence(submission, m.get("utc_ts"), m.get("club3090_commit"), path_text(bundle.path))
 
 
 @pickled_by_fields

@@ -13,11 +13,12 @@ itself, so the result, or the error, is always the standard one.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from json.encoder import encode_basestring, encode_basestring_ascii
 from typing import Any
 
-__all__ = ["dumps_indented", "item_texts", "scalar_text", "splice_list"]
+__all__ = ["dumps_indented", "finite", "item_texts", "scalar_text", "splice_list", "strict_dumps"]
 
 INDENT = "  "
 
@@ -137,3 +138,25 @@ def _float_text(value: float) -> str:
     if value == float("-inf"):
         return "-Infinity"
     return float.__repr__(value)
+
+
+def finite(value: Any) -> Any:
+    """``value`` with each non-finite float (``NaN``, ``Infinity``, ``-Infinity``, which
+    a bundle file may hold and JSON has no number for) replaced by its name as a string."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def strict_dumps(dumps: Callable[[Any], str], value: Any) -> str:
+    """``dumps(value)`` as strict JSON: if the text holds a ``NaN`` or an ``Infinity``
+    (rare; a string that says so also sends it here), ``value`` is dumped again
+    with those numbers as strings (:func:`finite`)."""
+    text = dumps(value)
+    if "NaN" in text or "Infinity" in text:
+        return dumps(finite(value))
+    return text

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .batch import classify_paths
-from .bundle import Bundle
+from .bundle import Bundle, path_text
 from .engine import Engine
 from .errors import LoopError
 from .keys import dedup_key, tier2_fingerprint
@@ -195,7 +195,7 @@ def diff_packs(paths: Iterable[Path], old: Engine, new: Engine) -> DiffReport:
             report.shadow_hits[rule] += 1
         old_hash = dedup_key(outcome.bundle, before.failure_class.value).digest()
         new_hash = dedup_key(outcome.bundle, after.failure_class.value).digest()
-        change = Change(str(outcome.path), before.failure_class.value, after.failure_class.value,
+        change = Change(path_text(outcome.path), before.failure_class.value, after.failure_class.value,
                         before.matched_rule, after.matched_rule, old_hash, new_hash)
         if change.fields():
             report.changes.append(change)

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .batch import discover_bundle_paths
-from .bundle import Bundle, ReadLimits, read_bundle
+from .bundle import Bundle, ReadLimits, path_text, read_bundle
 from .catalog import Catalog
 from .dedup import IssueDraft, Occurrence, canonical_payload, occurrence_of, sanitize
 from .engine import Engine
@@ -286,7 +286,7 @@ def run_captures(
             summary.bundles += 1
             if item.error is not None:
                 summary.reader_errors += 1
-                summary.errors.append({"bundle": str(item.path), "message": item.error})
+                summary.errors.append({"bundle": path_text(item.path), "message": path_text(item.error)})
             else:
                 _route(item, summary, filer)
                 if item.anchor is not None:

@@ -20,7 +20,7 @@ from .pipeline import Processed, process_bundle
 from .batch import discover_bundles
 from .trackers import ReviewQueue
 from .trust import ConsensusIndex
-from .bundle import Bundle
+from .bundle import Bundle, path_text
 from .verdict import FailureClass
 
 __all__ = ["TriageData", "collect_triage", "render_html"]
@@ -91,7 +91,12 @@ def collect_triage(captures: Path, engine: Engine, catalog: Catalog | None = Non
 
 
 def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    return html.escape(path_text(value), quote=True)  # a folder name that is not UTF-8 included
+
+
+def _count(occurrences: Any) -> str:
+    """How many occurrences a review-queue entry lists ("?" for a file edited into another shape)."""
+    return str(len(occurrences)) if isinstance(occurrences, list) else "?"
 
 
 def _bar_chart(items: list[tuple[str, int, str]], width: int = 520) -> str:
@@ -149,7 +154,7 @@ def render_html(data: TriageData) -> str:
         f'{CLASS_COLOURS[g["class"]]}">{_e(g["class"])}</span></td><td><code>{_e(g["hash"])}</code></td>'
         f'<td>{_e(g["title"])}</td></tr>' for g in groups) or '<tr><td colspan="4">no fileable failures</td></tr>'
     review_rows = "".join(
-        f'<tr><td class="num">{len(r.get("occurrences") or [])}</td><td><code>{_e(r.get("dedup_hash"))}</code></td>'
+        f'<tr><td class="num">{_count(r.get("occurrences"))}</td><td><code>{_e(r.get("dedup_hash"))}</code></td>'
         f'<td>{_e(r.get("model_slug"))}</td><td><code>{_e(str(r.get("final_error") or r.get("error_substring") or "")[:160])}'
         f'</code></td></tr>' for r in data.review) or '<tr><td colspan="4">the review queue is empty</td></tr>'
     unreadable = "".join(f"<li><code>{_e(u)}</code></li>" for u in data.unreadable)
