@@ -144,7 +144,7 @@ def finite(value: Any) -> Any:
     """``value`` with each non-finite float (``NaN``, ``Infinity``, ``-Infinity``, which
     a bundle file may hold and JSON has no number for) replaced by its name as a string."""
     if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dict):
         return {k: finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

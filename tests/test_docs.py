@@ -169,7 +169,7 @@ def test_every_classify_field_is_documented(tmp_path: Path) -> None:
     section = text[text.index("### JSON and JSONL output"):]
     table = section[:section.index("\n\n", section.index("| Field | Value |"))]
     # "Keys always come in this order": the table lists every key of a row, in order.
-    assert re.findall(r"^\| `(\w+)` \|", table, re.M) == list(readable)
+    assert re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE) == list(readable)
 
 
 # -- hooks: documented and tested -------------------------------------------

@@ -22,7 +22,8 @@ OOM = {"pt3": {"failure_log_excerpt": "torch.cuda.OutOfMemoryError: CUDA out of 
 def cli(*args: Any, code: int = 0) -> subprocess.CompletedProcess[bytes]:
     """The real process, with a strict UTF-8 stdout, as on a desktop with a UTF-8 locale."""
     env = {**os.environ, "PYTHONIOENCODING": "utf-8:strict"}
-    result = subprocess.run([sys.executable, "-m", "loop_core", *map(str, args)], capture_output=True, env=env)
+    result = subprocess.run([sys.executable, "-m", "loop_core", *map(str, args)], capture_output=True, env=env,
+                            check=False)
     assert result.returncode == code, result.stderr.decode("utf-8", "replace")
     result.stdout.decode("utf-8")  # valid UTF-8, or this raises
     return result
