@@ -89,7 +89,9 @@ def probe_regexes(rules: tuple[Rule, ...]) -> tuple[list[str], list[str]]:
     for rule in rules:
         for node in _regex_nodes(rule.when):
             pattern = node.operand.compiled
-            for probe in _PROBES:
+            # A pattern that needs a literal first ("boom (a+)+$") only backtracks after it.
+            prefixes = ("", *(node.operand.literals or ())[:2])
+            for probe in (prefix + probe for prefix in prefixes for probe in _PROBES):
                 try:
                     pattern.search(probe, timeout=node.timeout)
                 except TimeoutError:

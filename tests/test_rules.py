@@ -172,3 +172,11 @@ def test_both_shipped_packs_check_clean(pm: pluggy.PluginManager) -> None:
         result = CliRunner().invoke(cli, ["check", "--rules", name])
         assert result.exit_code == 0, result.output
         assert "0 problem(s)" in result.output
+
+
+def test_check_probes_a_catastrophic_regex_behind_its_literal(tmp_path: Path) -> None:
+    pack = write(tmp_path / "p", "10.yml", CATASTROPHIC.replace("'^(a+)+$'", "'boom (a+)+$'")
+                 .replace("[aaaa]", "['boom aaaa']"))
+    result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
+    assert result.exit_code == 1, result.output
+    assert "p/10.yml[0] slow: regex 'boom (a+)+$' exceeded its 0.25s timeout" in result.output
