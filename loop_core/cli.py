@@ -229,7 +229,7 @@ def _emit_texts(texts: Iterable[tuple[bool, str]], fmt: str) -> int:
 def _classify_table(rows: Iterable[dict[str, Any]]) -> int:
     counts: dict[str, int] = {}
     bad = 0
-    header = f"{'BUNDLE':40}  {'CLASS':19} {'TIER':12} {'RULE':36} DEDUP"
+    header = f"{'BUNDLE':40}  {'CLASS':19} {'TIER':12} {'RULE':40} DEDUP"
     click.echo(header)
     for row in rows:
         name = _short_name(row["bundle"])
@@ -239,7 +239,7 @@ def _classify_table(rows: Iterable[dict[str, Any]]) -> int:
             continue
         counts[row["failure_class"]] = counts.get(row["failure_class"], 0) + 1
         click.echo(f"{name:40}  {row['failure_class']:19} {row['tier']:12} "
-                   f"{str(row['matched_rule']):36} {row['dedup_hash']}")
+                   f"{str(row['matched_rule']):40} {row['dedup_hash']}")
         for warning in row.get("warnings") or []:
             click.echo(f"{'':42}warning: {warning}")
     total = sum(counts.values())
