@@ -20,22 +20,29 @@ __all__ = ["Outcome", "classify_paths", "classify_rows", "discover_bundle_paths"
            "verdict_row"]
 
 
-def _is_bundle_dir(path: str) -> tuple[bool, list[str]]:
-    """Whether ``path`` holds bundle files, and else its subdirectories (sorted)."""
+def _is_bundle_dir(path: str) -> tuple[bool, list[str], set[str]]:
+    """Whether ``path`` holds bundle files, and else its subdirectories (sorted) and
+    which of them are symbolic links to a directory."""
     names = []
+    links = set()
     try:
         with os.scandir(path) as it:
             for entry in it:
                 if entry.name in BUNDLE_FILES:
-                    return True, []  # a bundle: its subdirectories are never searched
-                if entry.is_dir(follow_symlinks=False) and not entry.name.startswith((".", "_")):
+                    return True, [], set()  # a bundle: its subdirectories are never searched
+                if entry.name.startswith((".", "_")):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
                     names.append(entry.name)
+                elif entry.is_symlink() and entry.is_dir():  # only a link costs a stat here
+                    names.append(entry.name)
+                    links.add(entry.name)
     except OSError:
-        return True, []  # let the reader report it
+        return True, [], set()  # let the reader report it
     names.sort(key=os.path.normcase)  # the order of the paths themselves: they share a parent
     if path == os.curdir:  # as pathlib joins: Path(".") / "x" is "x"
-        return False, names
-    return False, [os.path.join(path, name) for name in names]
+        return False, names, links
+    return False, [os.path.join(path, name) for name in names], {os.path.join(path, name) for name in links}
 
 
 def discover_bundles(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
@@ -45,6 +52,8 @@ def discover_bundles(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
     ...) is a bundle, even a broken one, so the reader can say what is wrong
     with it. Other directories are searched recursively; those whose name
     starts with ``_`` (spools such as ``_dedup-queue``) or ``.`` are skipped.
+    A symbolic link to a directory is followed, but a directory reached
+    through links is searched only once (a link to an ancestor ends there).
     A path given explicitly that holds neither is reported as a bundle.
     """
     return map(Path, discover_bundle_paths(paths))
@@ -59,18 +68,38 @@ def discover_bundle_paths(paths: Iterable[str | os.PathLike[str]]) -> Iterator[s
         if not os.path.isdir(top):
             yield top
             continue
-        is_bundle, subdirs = _is_bundle_dir(top)
+        is_bundle, subdirs, links = _is_bundle_dir(top)
         if is_bundle or not subdirs:
             yield top
             continue
-        stack = list(reversed(subdirs))
+        # The real path of each directory searched through a link (a folder under a link
+        # is the same folder however it is reached): a cycle ends, nothing comes twice.
+        through_links: set[str] = set()
+        stack = [(path, False) for path in reversed(subdirs)]
         while stack:
-            current = stack.pop()
-            is_bundle, subdirs = _is_bundle_dir(current)
+            current, linked = stack.pop()
+            if linked or current in links:
+                if not _first_visit(current, top, through_links):
+                    continue
+                linked = True
+            is_bundle, subdirs, more = _is_bundle_dir(current)
             if is_bundle:
                 yield current
             else:
-                stack.extend(reversed(subdirs))
+                links |= more
+                stack.extend((path, linked) for path in reversed(subdirs))
+
+
+def _first_visit(path: str, top: str, seen: set[str]) -> bool:
+    """Whether the directory ``path`` (reached through a symbolic link) is new to the
+    search: not inside the tree under ``top``, which is searched anyway, nor one
+    already searched through another link. A new one is added to ``seen``."""
+    real = os.path.realpath(path)
+    root = os.path.realpath(top)
+    if real == root or real.startswith(root.rstrip(os.sep) + os.sep) or real in seen:
+        return False
+    seen.add(real)
+    return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,3 +53,32 @@ def test_the_string_paths_are_what_the_path_objects_show(tmp_path: Path,
     assert list(discover_bundle_paths(["."])) == [os.path.join("a-model", "20260101T000000Z"),
                                                   os.path.join("b-model", "x", "20260101T000000Z")]
     assert list(discover_bundle_paths(["a-model/"])) == [os.path.join("a-model", "20260101T000000Z")]
+
+
+def test_symbolic_links_to_folders_are_followed_once(tmp_path: Path) -> None:
+    top = tmp_path / "captures"
+    own = _bundle(top / "real" / "1")
+    elsewhere = tmp_path / "elsewhere"
+    _bundle(elsewhere / "model" / "1")
+    _bundle(elsewhere / "model" / "2")
+    solo = _bundle(tmp_path / "solo" / "1")
+    (top / "real" / "2").symlink_to(solo)  # a linked bundle
+    (top / "linked").symlink_to(elsewhere)  # a linked folder of bundles
+    (top / "again").symlink_to(elsewhere / "model")  # inside what "linked" already searched
+    (top / "real" / "up").symlink_to(top)  # a cycle
+    (top / "side").symlink_to(top / "real")  # back into the tree
+    (top / "_spool").symlink_to(elsewhere)  # skipped by name, like any spool
+    found = list(discover_bundle_paths([top]))
+    # "again" comes first in sorted order; "linked" then leads to nothing new.
+    assert found == [str(top / "again" / "1"), str(top / "again" / "2"), str(own), str(top / "real" / "2")]
+
+
+def test_a_cycle_of_links_outside_the_tree_ends(tmp_path: Path) -> None:
+    top = tmp_path / "captures"
+    _bundle(top / "a" / "1")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (top / "out").symlink_to(outside)
+    (outside / "back").symlink_to(outside)
+    (outside / "loop").symlink_to(top / "out")
+    assert list(discover_bundle_paths([top])) == [str(top / "a" / "1")]
