@@ -161,6 +161,7 @@ class RunSummary:
     tracker: str = ""
     rules_version: str = ""
     errors: list[dict[str, str]] = field(default_factory=list)
+    tracker_problems: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -180,6 +181,7 @@ class RunSummary:
             "tracker": self.tracker,
             "rules_version": self.rules_version,
             "errors": self.errors,
+            "tracker_problems": self.tracker_problems,
         }
 
 
@@ -296,6 +298,7 @@ def run_captures(
             if progress is not None:
                 progress(done, total)
         filer.finish()
+        summary.tracker_problems = [path_text(p) for p in getattr(tracker, "problems", None) or ()]
         for anchor in anchors:
             result = engine.pm.hook.loop_evaluate_trust(bundle=anchor, catalog=catalog or Catalog(), priors=index,
                                                         maintainer_promoted=False, consensus_n=consensus_n)

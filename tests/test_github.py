@@ -627,6 +627,10 @@ def test_run_says_why_nothing_reached_github(tmp_path: Path, monkeypatch: pytest
     assert "13 spooled" in result.stdout
     assert "loop-rules: github: `gh label list` failed (exit 127): gh: command not found" in result.stderr
     assert f"spool replay {captures} --tracker github" in result.stderr
+    as_json = CliRunner().invoke(cli, ["run", str(captures), "--tracker", "github", "--repo", REPO,
+                                       "--format", "json"])
+    assert json.loads(as_json.stdout)["tracker_problems"] == [
+        "`gh label list` failed (exit 127): gh: command not found"]
 
     bootstrap = CliRunner().invoke(cli, ["labels", "bootstrap", "--repo", REPO])
     assert bootstrap.exit_code == 1
