@@ -507,46 +507,59 @@ def _compile(raw: Any, kinds: Mapping[str, ConditionKind], timeout: float, where
 
 def _compile_select(raw: dict[str, Any], timeout: float, where: str,
                     regexes: Callable[[str, int], GuardedRegex]) -> Select:
+    """A ``select`` mapping; every problem in it is raised at once (ConditionErrors)."""
+    problems: list[str] = []
+    selector = None
     try:
         selector = compile_selector(raw["select"])
     except ValueError as e:
-        raise ValueError(f"{where}.select: {e}") from e
+        problems.append(f"{where}.select: {e}")
     ignore_case = raw.get("ignore_case", False)
     if not isinstance(ignore_case, bool):
-        raise ValueError(f"{where}.ignore_case: must be true or false, got {ignore_case!r}")
+        problems.append(f"{where}.ignore_case: must be true or false, got {ignore_case!r}")
+        ignore_case = False
     ops = [k for k in raw if k in OPERATORS]
     extra = sorted(set(raw) - set(OPERATORS) - {"select", "ignore_case"})
     if extra:
-        raise ValueError(f"{where}: unknown keys {extra} (operators: {', '.join(OPERATORS)})")
+        problems.append(f"{where}: unknown keys {extra} (operators: {', '.join(OPERATORS)})")
+    operand: Any = None
     if len(ops) != 1:
-        raise ValueError(f"{where}: select needs exactly one operator of {', '.join(OPERATORS)}, got {ops or 'none'}")
-    op = ops[0]
-    value = raw[op]
-    operand: Any
+        problems.append(f"{where}: select needs exactly one operator of {', '.join(OPERATORS)}, got {ops or 'none'}")
+    else:
+        try:
+            operand = _operand(ops[0], raw[ops[0]], ignore_case, where, regexes)
+        except ValueError as e:
+            problems.append(str(e))
+    if problems or selector is None:
+        raise ConditionErrors(problems)
+    return Select(selector, ops[0], operand, ignore_case, timeout)
+
+
+def _operand(op: str, value: Any, ignore_case: bool, where: str,
+             regexes: Callable[[str, int], GuardedRegex]) -> Any:
+    """The compiled operand of ``op``; raises ``ValueError`` naming ``where``."""
     if op == "regex":
         if not isinstance(value, str):
             raise ValueError(f"{where}.regex: must be a string, got {_short(value)}")
         flags = regex.IGNORECASE if ignore_case else 0
         try:
-            operand = regexes(value, flags | regex.VERSION0)
+            return regexes(value, flags | regex.VERSION0)
         except regex.error as e:
             raise ValueError(f"{where}: invalid regex {value!r}: {e}") from e
-    elif op == "contains":
-        operand = _compile_contains(value, ignore_case, where)
-    elif op == "in":
+    if op == "contains":
+        return _compile_contains(value, ignore_case, where)
+    if op == "in":
         if not isinstance(value, list) or not value:
             raise ValueError(f"{where}.in: must be a non-empty list, got {_short(value)}")
         for i, item in enumerate(value):
             _check_scalar(item, f"{where}.in[{i}]")
-        operand = tuple(value)
-    elif op in ("exists", "truthy"):
+        return tuple(value)
+    if op in ("exists", "truthy"):
         if not isinstance(value, bool):
             raise ValueError(f"{where}.{op}: must be true or false, got {value!r}")
-        operand = value
-    else:  # equals
-        _check_scalar(value, f"{where}.equals")
-        operand = value
-    return Select(selector, op, operand, ignore_case, timeout)
+        return value
+    _check_scalar(value, f"{where}.equals")  # equals
+    return value
 
 
 def _check_scalar(value: Any, where: str) -> None:

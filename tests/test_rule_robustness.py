@@ -247,3 +247,14 @@ def test_every_bad_item_of_a_condition_is_reported(tmp_path: Path, pm: pluggy.Pl
     assert "many: when.any[3][0]: invalid regex '[b'" in problems[2]
     with pytest.raises(RuleError, match=r"when.any\[0\]: invalid regex"):  # without collect: the first
         Engine.build(pack, pm)
+
+
+def test_every_problem_of_one_select_is_reported(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "10.yml",
+                 rule("one", "{select: $.signal.nope, regex: '(foo', bogus: 1, ignore_case: maybe}"))
+    found = problems_of(pack, pm).splitlines()
+    assert len(found) == 4, found
+    assert [line.split("one: ", 1)[1].split(":")[0] for line in found] == [
+        "when.select", "when.ignore_case", "when", "when"]
+    assert "unknown signal 'nope'" in found[0] and "unknown keys ['bogus']" in found[2]
+    assert "invalid regex '(foo'" in found[3]
