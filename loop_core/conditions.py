@@ -182,11 +182,11 @@ def compile_selector(text: Any) -> Selector:
         compiled = parse(text)
     except Exception as e:  # jsonpath-ng raises several unrelated types
         raise ValueError(f"invalid JSONPath {text!r}: {e}") from e
-    _check_filter_regexes(compiled, text)
+    _refuse_filter_regexes(compiled, text)
     return Selector(text, None, compiled)
 
 
-def _check_filter_regexes(path: Any, text: str) -> None:
+def _refuse_filter_regexes(path: Any, text: str) -> None:
     """Refuse a ``=~`` in the path's filters: jsonpath-ng searches it with :mod:`re`,
     without the pack's time limit (a pattern that backtracks could hang a run on one
     log); the ``regex`` operator has the limit and the literal prefilter."""
@@ -429,6 +429,14 @@ def _guarded(pattern: str, flags: int) -> GuardedRegex:
 MAX_NESTING = 32  # all/any/not levels a condition may nest: far more than any rule needs
 
 
+class ConditionErrors(ValueError):
+    """Several problems in one ``when`` (each item of a list is checked), one per message."""
+
+    def __init__(self, messages: Sequence[str]) -> None:
+        super().__init__("; ".join(messages))
+        self.messages = tuple(messages)
+
+
 def compile_condition(
     raw: Any,
     kinds: Mapping[str, ConditionKind],
@@ -444,14 +452,6 @@ def compile_condition(
         :class:`~loop_core.fastregex.RegexCache`.
     """
     return _compile(raw, kinds, timeout, where, regexes, MAX_NESTING)
-
-
-class ConditionErrors(ValueError):
-    """Several problems in one ``when`` (each item of a list is checked), one per message."""
-
-    def __init__(self, messages: Sequence[str]) -> None:
-        super().__init__("; ".join(messages))
-        self.messages = tuple(messages)
 
 
 def _compile_all(items: list[Any], kinds: Mapping[str, ConditionKind], timeout: float, where: str,
