@@ -238,7 +238,7 @@ def trust_rows(paths: Iterable[str | os.PathLike[str]], *, catalog: str | os.Pat
     """
     from .catalog import load_catalog
     from .plugins import make_plugin_manager
-    from .trust import ConsensusIndex
+    from .trust import ConsensusIndex, trust_of
 
     pm = pm or make_plugin_manager()
     cat = load_catalog(catalog)
@@ -263,7 +263,7 @@ def trust_rows(paths: Iterable[str | os.PathLike[str]], *, catalog: str | os.Pat
         row["reader_error"] = None
         result = None
         if not bundle.is_gate_only:
-            result = pm.hook.loop_evaluate_trust(bundle=bundle, catalog=cat, priors=index,
-                                                 maintainer_promoted=promote, consensus_n=consensus_n)
+            result = trust_of(pm, bundle, catalog=cat, priors=index, maintainer_promoted=promote,
+                              consensus_n=consensus_n)
         row.update(_trust_fields(result))
         yield row

@@ -644,7 +644,13 @@ def _tracker(name: str, captures: Path, repo: str | None) -> Any:
                                                 lambda t: t.name, "tracker")
     if name not in specs:
         raise LoopClickError(f"--tracker {name!r}: unknown tracker (trackers: {', '.join(sorted(specs))})")
-    return specs[name][0].factory(TrackerOptions(Path(captures), repo=repo))
+    spec, plugin = specs[name]
+    made = spec.factory(TrackerOptions(Path(captures), repo=repo))
+    if not callable(getattr(made, "file", None)):
+        # A run without a tracker is a dry run: a factory's None must not turn into one.
+        raise LoopClickError(f"--tracker {name!r}: plugin {plugin!r} made {type(made).__name__}, "
+                             "not a tracker (an object with file(draft, occurrence))")
+    return made
 
 
 @cli.command()
@@ -703,13 +709,23 @@ def run(captures: Path, tracker_name: str, repo: str | None, rules: str, catalog
         if bar is not None:
             bar.__exit__(None, None, None)
         if tracker is not None:
-            tracker.close()
+            _close(tracker)
     _tell_problems(tracker, captures)
     data = summary.to_dict()
     if fmt == "json":
         click.echo(json.dumps(data, indent=2))
         return
     _run_table(captures, data, tracker_name)
+
+
+def _close(tracker: Any) -> None:
+    """Close a tracker after its filing; a close that fails (a plugin's) is said on
+    stderr, not allowed to hide the summary of what was filed."""
+    try:
+        tracker.close()
+    except Exception as e:  # noqa: BLE001 - the filing is done; report and go on
+        click.echo(f"loop-rules: warning: tracker {getattr(tracker, 'name', '?')!r}: close failed: "
+                   f"{type(e).__name__}: {e}", err=True)
 
 
 def _tell_problems(tracker: Any, captures: Path | None) -> None:
@@ -742,6 +758,12 @@ def _run_table(captures: Path, data: dict[str, Any], tracker_name: str) -> None:
     anchors = data["anchors"]
     click.echo(f"success anchors: raw {anchors['raw']}, candidate {anchors['candidate']}, "
                f"validated {anchors['validated']}, tier1 {anchors['tier1']}")
+    if data["warnings"]:
+        click.echo("warnings (bundles whose verdict carried each):")
+        for message, count in list(data["warnings"].items())[:10]:
+            click.echo(f"  {count:>6}  {_shown(message)}")
+        if len(data["warnings"]) > 10:
+            click.echo(f"  ... {len(data['warnings']) - 10} more in --format json")
     if data["reader_errors"]:
         click.echo(f"unreadable bundles: {data['reader_errors']}")
         for err in data["errors"]:
@@ -782,7 +804,8 @@ def tracker_list(captures: Path, fmt: str) -> None:
         return
     click.echo(f"{'#':>4}  {'COUNT':>5}  {'CLASS':19} {'DEDUP':12}  TITLE")
     for i in issues:
-        click.echo(f"{i['id']:>4}  {i['occurrences']:>5}  {i['failure_class']:19} {i['dedup_hash']:12}  {i['title']}")
+        click.echo(f"{i['id']:>4}  {i['occurrences']:>5}  {_shown(i['failure_class']):19} "
+                   f"{_shown(i['dedup_hash']):12}  {_shown(i['title'])}")
     click.echo(f"\n{len(issues)} issue(s), {sum(i['occurrences'] for i in issues)} occurrence(s)")
 
 
@@ -897,7 +920,7 @@ def spool_replay(captures: Path, tracker_name: str, repo: str | None) -> None:
     try:
         results = replay_spool(SpoolTracker(captures), target)
     finally:
-        target.close()
+        _close(target)
     _tell_problems(target, None)  # what is left stays in the spool, as the summary says
     counts: dict[str, int] = {}
     for r in results:

@@ -502,6 +502,8 @@ def _compile(raw: Any, kinds: Mapping[str, ConditionKind], timeout: float, where
         compiled = kind.compile(arg)
     except (ValueError, TypeError) as e:
         raise ValueError(f"{where}.{name}: {e}") from e
+    except Exception as e:  # a plugin's bug, reported at the rule that met it
+        raise ValueError(f"{where}.{name}: condition kind {name!r} raised {type(e).__name__}: {e}") from e
     return Kind(kind, compiled, arg)
 
 

@@ -129,6 +129,13 @@ class Engine:
         for mname, (matcher, plugin) in found.items():
             if not isinstance(matcher, Matcher) or not callable(matcher.match):
                 raise PluginError(f"plugin {plugin!r}: matcher {mname!r} is not a Matcher")
+            if not isinstance(matcher.tier, Tier) or matcher.tier is Tier.NONE:
+                raise PluginError(f"plugin {plugin!r}: matcher {mname!r}: tier must be Tier.TIER1 or Tier.TIER2, "
+                                  f"got {matcher.tier!r}")
+            if not isinstance(matcher.order, int) or isinstance(matcher.order, bool):
+                raise PluginError(f"plugin {plugin!r}: matcher {mname!r}: order must be an int, got {matcher.order!r}")
+            if matcher.explain is not None and not callable(matcher.explain):
+                raise PluginError(f"plugin {plugin!r}: matcher {mname!r}: explain must be callable or None")
             matchers.append(matcher)
         return cls(pack, matchers, kinds, pm)
 
@@ -179,7 +186,7 @@ class Engine:
         verdict: Classification | None = None
         for matcher in self.matchers:
             result = self._run(matcher, ctx)
-            detail = tuple(matcher.explain(ctx)) if matcher.explain else ()
+            detail = self._explain_one(matcher, ctx)
             decided = result is not None and verdict is None
             traces.append(MatcherTrace(matcher.name, matcher.tier, result is not None, detail))
             if decided and result is not None:
@@ -187,6 +194,19 @@ class Engine:
         if verdict is None:
             verdict = self._routed(ctx, FailureClass.UNKNOWN, Tier.NONE, None)
         return self._with_shadow(ctx, verdict), traces
+
+    @staticmethod
+    def _explain_one(matcher: Matcher, ctx: MatchContext) -> tuple[Trace, ...]:
+        """A matcher's own traces; one that raises or answers other things is shown, not fatal."""
+        if not matcher.explain:
+            return ()
+        try:
+            traces = tuple(matcher.explain(ctx))
+        except Exception as e:  # noqa: BLE001 - third-party code, as in _run
+            return (Trace("explain", False, f"matcher {matcher.name!r} raised {type(e).__name__}: {e}"),)
+        if not all(isinstance(t, Trace) for t in traces):
+            return (Trace("explain", False, f"matcher {matcher.name!r} returned something other than Traces"),)
+        return traces
 
     def _verdict(self, ctx: MatchContext, matcher: Matcher, result: Match) -> Classification:
         cls = coerce_class(result.failure_class)

@@ -32,6 +32,7 @@ few hundred bytes per anchor, aside).
 
 from __future__ import annotations
 
+import functools
 import pickle
 import tempfile
 import time
@@ -45,9 +46,18 @@ from typing import IO, Any
 from .batch import discover_bundle_paths
 from .bundle import Bundle, ReadLimits, path_text, read_bundle
 from .catalog import Catalog
-from .dedup import IssueDraft, Occurrence, canonical_payload, occurrence_of, sanitize
+from .dedup import (
+    BODY_LIMIT,
+    TITLE_LIMIT,
+    IssueDraft,
+    Occurrence,
+    body_tuple_matches,
+    canonical_payload,
+    occurrence_of,
+    sanitize,
+)
 from .engine import Engine
-from .errors import BundleError
+from .errors import BundleError, PluginError
 from .keys import dedup_key
 from .parallel import engine_map
 from .pickling import pickled_by_fields
@@ -57,9 +67,10 @@ from .trackers import (
     FileResult,
     ReviewQueue,
     Tracker,
+    checked_results,
     review_payload,
 )
-from .trust import ConsensusIndex, graduation_set
+from .trust import ConsensusIndex, graduation_set, trust_of
 from .verdict import Classification, FailureClass
 from .view import View
 
@@ -130,15 +141,44 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
         review["fingerprint"] = verdict.fingerprint
     elif prepare and verdict.should_file:
         assert occurrence is not None
+        # "is True": a tracker's other answers (a plugin's "no", say) must not skip the filing.
         if counted is not None and counted(dedup_key(bundle, verdict.failure_class.value).digest(),
-                                           occurrence.submission):
+                                           occurrence.submission) is True:
             return Processed(path, verdict=verdict, failure=True, occurrence=occurrence, anchor=anchor, counted=True)
         try:
             draft = engine.pm.hook.loop_draft_issue(bundle=bundle, verdict=verdict)
         except BundleError as e:  # a key too long for any issue body
             return Processed(path, error=str(e))
+        if _other_drafters(engine.pm):
+            _check_draft(draft, bundle, verdict, _other_drafters(engine.pm))
     return Processed(path, verdict=verdict, failure=True, draft=draft, occurrence=occurrence,
                      review=review, anchor=anchor)
+
+
+@functools.lru_cache(maxsize=8)
+def _other_drafters(pm: Any) -> tuple[str, ...]:
+    """The plugins besides the built-in one that implement ``loop_draft_issue``."""
+    return tuple(impl.plugin_name for impl in pm.hook.loop_draft_issue.get_hookimpls()
+                 if impl.plugin_name != "loop_rules.dedup")
+
+
+def _check_draft(draft: Any, bundle: Bundle, verdict: Classification, plugins: tuple[str, ...]) -> None:
+    """Hold a plugin's draft to the contract every tracker relies on: the dedup hash of
+    the key, the tuple block that verifies, the size limits. A draft that breaks it
+    would open a new issue on every repeat, or file under another failure's hash."""
+    who = f"loop_draft_issue (plugins {', '.join(plugins)})"
+    if not isinstance(draft, IssueDraft):
+        raise PluginError(f"{who} returned {type(draft).__name__}, not an IssueDraft")
+    key = dedup_key(bundle, verdict.failure_class.value)
+    problem = (
+        "its key is not the bundle's dedup key" if tuple(draft.key) != tuple(key) else
+        f"its dedup_hash {draft.dedup_hash!r} is not its key's ({key.digest()})" if draft.dedup_hash != key.digest()
+        else "its body has no tuple block that verifies against the key" if not body_tuple_matches(draft.body, key)
+        else f"its title is longer than {TITLE_LIMIT} characters" if len(draft.title) > TITLE_LIMIT
+        else f"its body is longer than {BODY_LIMIT} characters" if len(draft.body) > BODY_LIMIT
+        else None)
+    if problem is not None:
+        raise PluginError(f"{who} returned a draft for {path_text(bundle.path)} that no tracker can count on: {problem}")
 
 
 @dataclass(slots=True)
@@ -162,6 +202,15 @@ class RunSummary:
     rules_version: str = ""
     errors: list[dict[str, str]] = field(default_factory=list)
     tracker_problems: list[str] = field(default_factory=list)
+    warnings: Counter[str] = field(default_factory=Counter)  # message -> bundles whose verdict carried it
+
+    def warn(self, messages: tuple[str, ...]) -> None:
+        """Count a verdict's warnings (each distinct message once a bundle); past
+        :data:`WARNINGS_KEPT` distinct ones, the rest are counted together."""
+        for message in set(messages):
+            if message not in self.warnings and len(self.warnings) >= WARNINGS_KEPT:
+                message = OTHER_WARNINGS
+            self.warnings[message] += 1
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -182,9 +231,12 @@ class RunSummary:
             "rules_version": self.rules_version,
             "errors": self.errors,
             "tracker_problems": self.tracker_problems,
+            "warnings": dict(self.warnings.most_common()),
         }
 
 
+WARNINGS_KEPT = 100  # distinct warning messages a run summary lists
+OTHER_WARNINGS = "(other warnings)"
 ANCHORS_IN_MEMORY = 2048  # success anchors kept in memory for the trust pass; later ones are spilled
 FLUSH_SECONDS = 0.25  # the longest a failure waits in a batch before it is filed
 # Review batches are larger (this many times the tracker's, unless that is 1) and wait
@@ -290,6 +342,8 @@ def run_captures(
                 summary.reader_errors += 1
                 summary.errors.append({"bundle": path_text(item.path), "message": path_text(item.error)})
             else:
+                if item.verdict is not None and item.verdict.warnings:
+                    summary.warn(item.verdict.warnings)
                 _route(item, summary, filer)
                 if item.anchor is not None:
                     index.add(item.anchor)
@@ -300,8 +354,8 @@ def run_captures(
         filer.finish()
         summary.tracker_problems = [path_text(p) for p in getattr(tracker, "problems", None) or ()]
         for anchor in anchors:
-            result = engine.pm.hook.loop_evaluate_trust(bundle=anchor, catalog=catalog or Catalog(), priors=index,
-                                                        maintainer_promoted=False, consensus_n=consensus_n)
+            result = trust_of(engine.pm, anchor, catalog=catalog or Catalog(), priors=index,
+                              consensus_n=consensus_n)
             summary.anchors[result.stage.value] += 1
     finally:
         filer.close()
@@ -351,7 +405,8 @@ class _Filer:
     def file(self, draft: IssueDraft, occurrence: Occurrence) -> None:
         assert self.tracker is not None
         if self.many is None:
-            self._count(self.tracker.file(draft, occurrence))
+            (result,) = checked_results(self.tracker, [self.tracker.file(draft, occurrence)], 1)
+            self._count(result)
             return
         if not self.pending:
             self.since = time.monotonic()
@@ -400,7 +455,7 @@ class _Filer:
             return
         assert self.many is not None
         pending, self.pending = self.pending, []
-        for result in self.many(pending):
+        for result in checked_results(self.tracker, self.many(pending), len(pending)):
             self._count(result)
 
     def finish(self) -> None:

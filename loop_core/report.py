@@ -19,7 +19,7 @@ from .engine import Engine
 from .pipeline import Processed, process_bundle
 from .batch import discover_bundles
 from .trackers import ReviewQueue
-from .trust import ConsensusIndex
+from .trust import ConsensusIndex, trust_of
 from .bundle import Bundle, path_text
 from .verdict import FailureClass
 
@@ -83,8 +83,7 @@ def collect_triage(captures: Path, engine: Engine, catalog: Catalog | None = Non
     data.review = ReviewQueue(captures).items()
     index = ConsensusIndex.of(anchors)
     for anchor in anchors:
-        result = engine.pm.hook.loop_evaluate_trust(bundle=anchor, catalog=catalog or Catalog(), priors=index,
-                                                    maintainer_promoted=False, consensus_n=2)
+        result = trust_of(engine.pm, anchor, catalog=catalog or Catalog(), priors=index, consensus_n=2)
         for stage in STAGES[: result.stage.rank + 1]:
             data.funnel[stage] += 1  # a funnel: reaching a stage means passing every earlier one
     return data

@@ -47,8 +47,14 @@ def run_examples(engine: Engine) -> list[CaseResult]:
                 detail = "; ".join(view.warnings)
                 out.append(CaseResult(
                     f"{rule.source} {rule.id} examples.{kind}[{i}]", hit == want and not view.warnings,
-                    "match" if want else "no match", "match" if hit else "no match", detail))
+                    "match" if want else "no match", ("match" if hit else "no match") + _with_warnings(view.warnings),
+                    detail))
     return out
+
+
+def _with_warnings(warnings: Any) -> str:
+    """What ``got`` adds when the case met warnings (which fail it whatever the outcome)."""
+    return f" with warnings: {'; '.join(warnings)}" if warnings else ""
 
 
 def load_seed_corpus() -> list[dict[str, Any]]:
@@ -65,10 +71,14 @@ def run_seed_corpus(engine: Engine) -> list[CaseResult]:
         verdict = engine.classify(make_bundle(case.get("bundle") or {}, path=case["id"]))
         want = case["expected"]
         got = verdict.failure_class.value
-        ok = got == want["class"] and ("tier" not in want or verdict.tier.value == want["tier"])
+        # A warning (a matcher that raised, a regex that timed out) fails the case, as it
+        # does a rule's example: the right class by luck is not a pass.
+        ok = (got == want["class"] and ("tier" not in want or verdict.tier.value == want["tier"])
+              and not verdict.warnings)
         out.append(CaseResult(
             f"seed {case['id']}", ok, f"{want['class']}" + (f" ({want['tier']})" if "tier" in want else ""),
-            f"{got} ({verdict.tier.value}, {verdict.matched_rule})", case.get("description", "")))
+            f"{got} ({verdict.tier.value}, {verdict.matched_rule})" + _with_warnings(verdict.warnings),
+            case.get("description", "")))
     return out
 
 

@@ -78,6 +78,26 @@ class FileResult:
     spool_path: Path | None = None
 
 
+def checked_results(tracker: Any, results: Any, count: int) -> list[FileResult]:
+    """A tracker's answers to ``count`` occurrences, held to the protocol: one
+    :class:`FileResult` each, whose action is a :class:`FileAction`. A plugin's
+    tracker that answers otherwise would make the counts (and a spool replay's
+    decision to delete a file) wrong, so it is an error naming the tracker."""
+    name = getattr(tracker, "name", type(tracker).__name__)
+    try:
+        found = None if isinstance(results, (str, bytes, dict)) else list(results)
+    except TypeError:  # not iterable: None, a single FileResult
+        found = None
+    if found is None or len(found) != count:
+        shown = f"{len(found)} results" if found is not None else type(results).__name__
+        raise TrackerError(f"tracker {name!r} answered {shown} for {count} occurrence(s), not one FileResult each")
+    for result in found:
+        if not isinstance(result, FileResult) or not isinstance(result.action, FileAction):
+            raise TrackerError(f"tracker {name!r} answered {str(result)[:120]!r}, not a FileResult "
+                               "whose action is a FileAction")
+    return found
+
+
 class Tracker(Protocol):
     """A tracker backend. ``file`` must never lose an occurrence or count one twice.
 
@@ -488,9 +508,11 @@ def replay_spool(spool: SpoolTracker, target: Tracker) -> list[ReplayResult]:
         # occurrence), with the results filing them one by one gives.
         many = getattr(target, "file_many", None)
         if many is not None:
-            results = list(many([(draft, occurrence) for occurrence in occurrences]))
+            results = checked_results(target, many([(draft, occurrence) for occurrence in occurrences]),
+                                      len(occurrences))
         else:
-            results = [target.file(draft, occurrence) for occurrence in occurrences]
+            results = checked_results(target, [target.file(draft, occurrence) for occurrence in occurrences],
+                                      len(occurrences))
         # A result that points at a spool file did not land in the target (it fell back).
         drained = all(r.action is not FileAction.SPOOLED and r.spool_path is None for r in results)
         if drained:

@@ -22,7 +22,8 @@ from .bundle import Bundle
 from .catalog import Catalog
 from .keys import ConsensusKey, consensus_key, submission_fingerprint
 
-__all__ = ["ConsensusIndex", "Stage", "TrustResult", "evaluate_trust", "graduation_set", "topology_plausible"]
+__all__ = ["ConsensusIndex", "Stage", "TrustResult", "evaluate_trust", "graduation_set", "topology_plausible",
+           "trust_of"]
 
 MAX_VRAM_MIB = 1_048_576  # 1 TiB per card
 
@@ -226,3 +227,24 @@ def evaluate_trust(
     if compose is None:
         return result(Stage.VALIDATED, "curated-no-compose-key")
     return result(Stage.TIER1, "tier1-curated", calibration_row(bundle, curated_id, compose))
+
+
+def trust_of(pm: Any, bundle: Bundle, *, catalog: Catalog, priors: ConsensusIndex | None,
+             maintainer_promoted: bool = False, consensus_n: int = 2) -> TrustResult:
+    """What the ``loop_evaluate_trust`` hooks decide for one anchor, held to the hook's
+    contract: a hook that raises, or answers anything but a :class:`TrustResult`, is a
+    :class:`~loop_core.errors.PluginError` naming the plugins, not a crash later."""
+    from .errors import LoopError, PluginError
+
+    plugins = ", ".join(impl.plugin_name for impl in pm.hook.loop_evaluate_trust.get_hookimpls())
+    try:
+        result = pm.hook.loop_evaluate_trust(bundle=bundle, catalog=catalog, priors=priors,
+                                             maintainer_promoted=maintainer_promoted, consensus_n=consensus_n)
+    except LoopError:
+        raise
+    except Exception as e:  # a plugin's bug, reported as one
+        raise PluginError(f"loop_evaluate_trust (plugins {plugins}) raised {type(e).__name__}: {e}") from e
+    if not isinstance(result, TrustResult):
+        raise PluginError(f"loop_evaluate_trust (plugins {plugins}) returned {type(result).__name__}, "
+                          "not a TrustResult")
+    return result

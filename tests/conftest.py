@@ -87,3 +87,36 @@ def bundle_dir(tmp_path: Path) -> Iterator[Any]:
         return write_bundle(tmp_path / (name or f"bundle-{next(counter)}"), bundle)
 
     yield write
+
+
+@pytest.fixture
+def register_plugin(pm: pluggy.PluginManager) -> Iterator[Any]:
+    """Register plugin objects on ``pm`` for one test; always unregister them."""
+    names: list[str] = []
+
+    def register(plugin: object, name: str) -> object:
+        pm.register(plugin, name=name)
+        names.append(name)
+        return plugin
+
+    try:
+        yield register
+    finally:
+        for name in reversed(names):
+            if pm.has_plugin(name):
+                pm.unregister(name=name)
+
+
+@pytest.fixture
+def cli_uses_pm(pm: pluggy.PluginManager, monkeypatch: pytest.MonkeyPatch) -> pluggy.PluginManager:
+    """Make every plugin manager the CLI builds in this process be ``pm`` (undone afterwards)."""
+    import sys
+
+    from loop_core import plugins
+
+    original = plugins.make_plugin_manager
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("loop_core") and \
+                getattr(module, "make_plugin_manager", None) is original:
+            monkeypatch.setattr(module, "make_plugin_manager", lambda **_kw: pm)
+    return pm

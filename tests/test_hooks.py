@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,24 +30,6 @@ from loop_core.selftest import run_examples
 from loop_core.testing import make_bundle, write_bundle
 
 Register = Callable[[object, str], object]
-
-
-@pytest.fixture
-def register_plugin(pm: pluggy.PluginManager) -> Iterator[Register]:
-    """Register plugin objects on ``pm`` for one test; always unregister them."""
-    names: list[str] = []
-
-    def register(plugin: object, name: str) -> object:
-        pm.register(plugin, name=name)
-        names.append(name)
-        return plugin
-
-    try:
-        yield register
-    finally:
-        for name in reversed(names):
-            if pm.has_plugin(name):
-                pm.unregister(name=name)
 
 
 # -- loop_register_rule_packs ------------------------------------------------
@@ -450,21 +432,6 @@ class RecorderStore:
         from loop_core import TrackerSpec
 
         register(TrackerSpec(self.name, self.factory, "in memory, for tests"))
-
-
-@pytest.fixture
-def cli_uses_pm(pm: pluggy.PluginManager, monkeypatch: pytest.MonkeyPatch) -> pluggy.PluginManager:
-    """Make every plugin manager the CLI builds in this process be ``pm`` (undone afterwards)."""
-    import sys
-
-    from loop_core import plugins
-
-    original = plugins.make_plugin_manager
-    for module in list(sys.modules.values()):
-        if getattr(module, "__name__", "").startswith("loop_core") and \
-                getattr(module, "make_plugin_manager", None) is original:
-            monkeypatch.setattr(module, "make_plugin_manager", lambda **_kw: pm)
-    return pm
 
 
 def _cli(*args: Any) -> Any:

@@ -1,0 +1,270 @@
+"""Plugins that break a hook's contract: a clear error naming the plugin or hook, never
+a crash or a silently wrong count, and nothing filed twice."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pluggy
+import pytest
+
+from loop_core import Engine, Match, Matcher, PluginError, Tier, hookimpl
+from loop_core.testing import make_bundle
+
+from .test_hooks import EXAMPLES, Recorder, RecorderStore, _cli
+
+FILEABLE = 13  # fileable occurrences of the example captures, over 12 distinct failures
+
+
+@pytest.fixture
+def captures(tmp_path: Path) -> Path:
+    target = tmp_path / "captures"
+    shutil.copytree(EXAMPLES, target)
+    return target
+
+
+def run_json(captures: Path, *extra: str, code: int = 0) -> Any:
+    result = _cli("run", captures, "--format", "json", *extra)
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    return json.loads(result.stdout) if code == 0 else result
+
+
+# -- trackers ------------------------------------------------------------------
+
+
+class NoneFactory(RecorderStore):
+    def factory(self, options: Any) -> Any:
+        return None
+
+
+def test_a_tracker_factory_that_makes_nothing_is_an_error_not_a_dry_run(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path) -> None:
+    register_plugin(NoneFactory("nothing"), "acme-none")
+    result = run_json(captures, "--tracker", "nothing", code=2)
+    assert "--tracker 'nothing': plugin 'acme-none' made NoneType, not a tracker" in result.stderr
+
+
+class Many(Recorder):
+    """file_many answering ``skew`` results more (or fewer) than it was given."""
+
+    skew = 0
+
+    def file_many(self, items: list[Any]) -> list[Any]:
+        results = [self.file(draft, occurrence) for draft, occurrence in items]
+        return results[:-1] if self.skew < 0 else results + results[: self.skew]
+
+
+class ManyStore(RecorderStore):
+    def __init__(self, skew: int) -> None:
+        super().__init__("many")
+        self.skew = skew
+
+    def factory(self, options: Any) -> Any:
+        tracker = Many(self, options)
+        tracker.skew = self.skew
+        return tracker
+
+
+@pytest.mark.parametrize("skew", [-1, 1])
+def test_file_many_must_answer_once_per_occurrence(cli_uses_pm: pluggy.PluginManager,
+                                                   register_plugin: Callable[..., Any], captures: Path,
+                                                   skew: int) -> None:
+    register_plugin(ManyStore(skew), "acme-many")
+    result = run_json(captures, "--tracker", "many", code=2)
+    assert "tracker 'many' answered" in result.stderr and "not one FileResult each" in result.stderr
+
+
+class TextActions(Recorder):
+    def file(self, draft: Any, occurrence: Any) -> Any:
+        result = super().file(draft, occurrence)
+        return dataclasses.replace(result, action=result.action.value)  # "opened", not FileAction.OPENED
+
+
+class TextActionStore(RecorderStore):
+    def factory(self, options: Any) -> Any:
+        return TextActions(self, options)
+
+
+def test_a_result_whose_action_is_text_is_refused_and_the_spool_kept(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path) -> None:
+    register_plugin(TextActionStore("texty"), "acme-texty")
+    result = run_json(captures, "--tracker", "texty", code=2)
+    assert "tracker 'texty' answered" in result.stderr and "whose action is a FileAction" in result.stderr
+    spooled = run_json(captures, "--tracker", "spool")
+    assert spooled["spooled"] == FILEABLE
+    before = sorted((captures / "_dedup-queue").glob("*.json"))
+    replay = _cli("spool", "replay", captures, "--tracker", "texty")
+    assert replay.exit_code == 2 and "whose action is a FileAction" in replay.stderr
+    assert sorted((captures / "_dedup-queue").glob("*.json")) == before  # nothing deleted
+
+
+class BadClose(Recorder):
+    def close(self) -> None:
+        raise OSError("the socket went away")
+
+
+class BadCloseStore(RecorderStore):
+    def factory(self, options: Any) -> Any:
+        return BadClose(self, options)
+
+
+def test_a_close_that_fails_after_filing_keeps_the_summary(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path) -> None:
+    store = register_plugin(BadCloseStore("closing"), "acme-closing")
+    result = _cli("run", captures, "--tracker", "closing", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["filed_new"] == len(store.issues) == 12
+    assert "tracker 'closing': close failed: OSError: the socket went away" in result.stderr
+
+
+# -- drafts ----------------------------------------------------------------------
+
+
+class Drafts:
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    @hookimpl
+    def loop_draft_issue(self, bundle: Any, verdict: Any) -> Any:
+        from loop_core.dedup import draft_issue
+
+        draft = draft_issue(bundle, verdict)
+        if self.how == "text":
+            return draft.title
+        if self.how == "hash":
+            return dataclasses.replace(draft, dedup_hash="000000000000")
+        if self.how == "notuple":
+            return dataclasses.replace(draft, body="no tuple here")
+        return dataclasses.replace(draft, title="x" * 1000)
+
+
+@pytest.mark.parametrize("how, problem", [
+    ("text", "returned str, not an IssueDraft"),
+    ("hash", "its dedup_hash '000000000000' is not its key's"),
+    ("notuple", "no tuple block that verifies"),
+    ("longtitle", "title is longer than 256"),
+])
+def test_a_draft_no_tracker_can_count_on_stops_the_run(cli_uses_pm: pluggy.PluginManager,
+                                                       register_plugin: Callable[..., Any], captures: Path,
+                                                       how: str, problem: str) -> None:
+    register_plugin(Drafts(how), "acme-drafts")
+    result = run_json(captures, code=2)
+    assert "loop_draft_issue (plugins acme-drafts)" in result.stderr and problem in result.stderr
+    assert "internal error" not in result.stderr
+
+
+# -- trust -----------------------------------------------------------------------
+
+
+class Trust:
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    @hookimpl(tryfirst=True)
+    def loop_evaluate_trust(self, bundle: Any, catalog: Any, priors: Any, maintainer_promoted: bool,
+                            consensus_n: int) -> Any:
+        if self.how == "raise":
+            raise KeyError("calibration")
+        return "validated"
+
+
+@pytest.mark.parametrize("how, problem", [("raise", "raised KeyError: 'calibration'"),
+                                          ("text", "returned str, not a TrustResult")])
+def test_a_trust_hook_that_breaks_its_contract_is_named(cli_uses_pm: pluggy.PluginManager,
+                                                        register_plugin: Callable[..., Any], captures: Path,
+                                                        how: str, problem: str) -> None:
+    register_plugin(Trust(how), "acme-trust")
+    for args in (("run", captures), ("trust", captures), ("report", captures, "--out", captures / "r.html")):
+        result = _cli(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "loop_evaluate_trust (plugins " in result.stderr and "acme-trust)" in result.stderr
+        assert problem in result.stderr
+
+
+# -- matchers and condition kinds ------------------------------------------------------
+
+
+def _raising(ctx: Any) -> Match | None:
+    raise ValueError("boom")
+
+
+class Matchers:
+    def __init__(self, matcher: Matcher) -> None:
+        self.matcher = matcher
+
+    @hookimpl
+    def loop_register_matchers(self, register: Callable[[Matcher], None]) -> None:
+        register(self.matcher)
+
+
+@pytest.mark.parametrize("field, value, problem", [
+    ("tier", "tier1", "tier must be Tier.TIER1 or Tier.TIER2"),
+    ("tier", Tier.NONE, "tier must be Tier.TIER1 or Tier.TIER2"),
+    ("order", "abc", "order must be an int"),
+])
+def test_a_matcher_with_a_bad_tier_or_order_is_refused(pm: pluggy.PluginManager,
+                                                       register_plugin: Callable[..., Any],
+                                                       field: str, value: Any, problem: str) -> None:
+    matcher = dataclasses.replace(Matcher("acme-odd", Tier.TIER2, 500, lambda ctx: None), **{field: value})
+    register_plugin(Matchers(matcher), "acme-odd")
+    with pytest.raises(PluginError, match=f"plugin 'acme-odd': matcher 'acme-odd': {problem}"):
+        Engine.build("default", pm)
+
+
+def test_a_matcher_whose_explain_raises_is_shown_in_explain(pm: pluggy.PluginManager,
+                                                            register_plugin: Callable[..., Any]) -> None:
+    register_plugin(Matchers(Matcher("acme-x", Tier.TIER2, 500, lambda ctx: None, _raising)), "acme-x")
+    _verdict, traces = Engine.build("default", pm).explain(make_bundle("boom"))
+    [mine] = [t for t in traces if t.matcher == "acme-x"]
+    assert mine.traces[0].detail == "matcher 'acme-x' raised ValueError: boom"
+
+
+def test_a_matcher_that_always_raises_fails_test_and_shows_in_run(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path) -> None:
+    register_plugin(Matchers(Matcher("acme-raiser", Tier.TIER1, 5, _raising)), "acme-raiser")
+    tested = _cli("test")
+    assert tested.exit_code == 1 and "matcher 'acme-raiser' raised ValueError: boom" in tested.output
+    data = run_json(captures, "--dry-run")
+    assert data["warnings"] == {"matcher 'acme-raiser' raised ValueError: boom; skipped": data["bundles"] - 1}
+    table = _cli("run", captures, "--dry-run").stdout
+    assert "matcher 'acme-raiser' raised ValueError: boom; skipped" in table
+
+
+class Kinds:
+    @hookimpl
+    def loop_register_conditions(self, register: Callable[[Any], None]) -> None:
+        from loop_core import ConditionKind
+
+        def compile_(arg: Any) -> Any:
+            raise KeyError("kaboom")
+
+        register(ConditionKind("acme_kind", lambda view, arg: True, compile_))
+
+
+def test_a_condition_kind_whose_compile_raises_is_named_at_the_rule(
+        pm: pluggy.PluginManager, register_plugin: Callable[..., Any], tmp_path: Path) -> None:
+    from loop_core import RuleError
+
+    register_plugin(Kinds(), "acme-kinds")
+    pack = tmp_path / "p"
+    pack.mkdir()
+    (pack / "10.yml").write_text("- id: r\n  class: unknown\n  description: d\n  when: {acme_kind: 1}\n"
+                                 "  examples: {match: [x]}\n")
+    with pytest.raises(RuleError, match=r"r: when.acme_kind: condition kind 'acme_kind' raised KeyError"):
+        Engine.build(pack, pm)
+
+
+def test_a_counted_answer_that_is_not_true_does_not_skip_the_filing(tmp_path: Path) -> None:
+    from loop_core.pipeline import process_bundle
+    from loop_core.testing import write_bundle
+
+    bundle = write_bundle(tmp_path / "b", make_bundle("torch.cuda.OutOfMemoryError: CUDA out of memory"))
+    engine = Engine.build("default")
+    item = process_bundle(bundle, engine, counted=lambda digest, submission: "no")
+    assert not item.counted and item.draft is not None
+    assert process_bundle(bundle, engine, counted=lambda digest, submission: True).counted
