@@ -236,15 +236,16 @@ def trust_of(pm: Any, bundle: Bundle, *, catalog: Catalog, priors: ConsensusInde
     :class:`~loop_core.errors.PluginError` naming the plugins, not a crash later."""
     from .errors import LoopError, PluginError
 
-    plugins = ", ".join(impl.plugin_name for impl in pm.hook.loop_evaluate_trust.get_hookimpls())
+    def hook() -> str:
+        return f"loop_evaluate_trust (plugins {', '.join(i.plugin_name for i in pm.hook.loop_evaluate_trust.get_hookimpls())})"
+
     try:
         result = pm.hook.loop_evaluate_trust(bundle=bundle, catalog=catalog, priors=priors,
                                              maintainer_promoted=maintainer_promoted, consensus_n=consensus_n)
     except LoopError:
         raise
     except Exception as e:  # a plugin's bug, reported as one
-        raise PluginError(f"loop_evaluate_trust (plugins {plugins}) raised {type(e).__name__}: {e}") from e
+        raise PluginError(f"{hook()} raised {type(e).__name__}: {e}") from e
     if not isinstance(result, TrustResult):
-        raise PluginError(f"loop_evaluate_trust (plugins {plugins}) returned {type(result).__name__}, "
-                          "not a TrustResult")
+        raise PluginError(f"{hook()} returned {type(result).__name__}, not a TrustResult")
     return result
