@@ -129,6 +129,9 @@ def usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
+MAX_JOBS = 64  # --jobs at most
+
+
 class Jobs(click.ParamType):
     """``--jobs``: a number of worker processes, or ``auto`` for one per usable CPU."""
 
@@ -146,12 +149,16 @@ class Jobs(click.ParamType):
                 self.fail(f"{value!r} is not a number of processes or 'auto'", param, ctx)
         if jobs < 1:
             self.fail(f"{jobs} is less than 1 (1: one process, 'auto': one per CPU)", param, ctx)
+        if jobs > MAX_JOBS:
+            # Far more processes than CPUs only slow a run down, and stretch each regex
+            # search's wall-clock time limit until it can change a verdict.
+            self.fail(f"{jobs} is more than {MAX_JOBS} ('auto': one per CPU this process may use)", param, ctx)
         return jobs
 
 
 def jobs_option(help: str) -> Callable[[F], F]:
     return click.option("--jobs", "-j", type=Jobs(), default=1, show_default=True, metavar="N|auto",
-                        help=help + " auto: one per CPU this process may use.")
+                        help=help + f" auto: one per CPU this process may use; at most {MAX_JOBS}.")
 
 
 @cli.command()

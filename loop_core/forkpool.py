@@ -52,15 +52,18 @@ class ForkPool:
             raise
 
     def _fork(self, fn: Callable[[Any, Engine], Any], engine: Engine) -> _Worker:
-        tasks_in, tasks_out = os.pipe()
-        answers_in, answers_out = os.pipe()
+        opened: list[int] = []
         for stream in (sys.stdout, sys.stderr):  # or the child would write the parent's buffer again
             if stream is not None:
                 stream.flush()
         try:
+            tasks_in, tasks_out = os.pipe()
+            opened += (tasks_in, tasks_out)
+            answers_in, answers_out = os.pipe()
+            opened += (answers_in, answers_out)
             pid = os.fork()
-        except OSError as e:  # no more processes: nothing of this worker may stay open
-            for fd in (tasks_in, tasks_out, answers_in, answers_out):
+        except OSError as e:  # no more processes or descriptors: nothing of this worker may stay open
+            for fd in opened:
                 os.close(fd)
             raise WorkerError(f"could not start a worker process: {e.strerror or e}") from e
         if pid == 0:  # the worker: it never returns from here

@@ -238,9 +238,17 @@ def _database(backend: Any, literals: tuple[str, ...]) -> Any:
     """The Hyperscan database over ``literals``: compiled, or loaded back from the
     cache directory when an earlier run compiled the same one (see :data:`CACHED_FROM`)."""
     path = _cache_path(backend, literals) if len(literals) >= CACHED_FROM else None
+    # The file starts with the name it was written under: a database copied or renamed
+    # onto another literal set's file would report other literals' numbers.
+    header = path.name.encode("ascii") if path is not None else b""
     if path is not None:
         try:
-            database = backend.loadb(path.read_bytes(), backend.HS_MODE_BLOCK)
+            if not path.is_file():  # missing, or a FIFO that would block the read
+                raise OSError(path)
+            data = path.read_bytes()
+            if not data.startswith(header):
+                raise ValueError("written for other literals")
+            database = backend.loadb(data[len(header):], backend.HS_MODE_BLOCK)
         except Exception:  # noqa: BLE001, S110 - missing, damaged, another release's or CPU's: compile it
             pass
         else:
@@ -253,7 +261,7 @@ def _database(backend: Any, literals: tuple[str, ...]) -> Any:
     database.compile(expressions=[lit.encode("ascii") for lit in literals], ids=list(range(len(literals))),
                      elements=len(literals), flags=_flags(backend), literal=True)
     if path is not None:
-        _store(path, backend.dumpb(database))
+        _store(path, header + backend.dumpb(database))
     return database
 
 

@@ -130,6 +130,8 @@ def load(content_digest: str) -> PackCache:
     documents: dict[str, Any] | None = None
     literals: list[str] = []
     try:
+        if not path.is_file():  # missing, or a FIFO whose read would block
+            raise OSError(path)
         doc = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(doc, dict) and doc.get("format") == FORMAT and isinstance(doc.get("regexes"), dict):
             entries = doc["regexes"]

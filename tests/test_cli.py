@@ -284,3 +284,29 @@ def test_trust_summary_counts_gate_only_bundles_by_name() -> None:
     examples = Path(__file__).resolve().parent.parent / "examples" / "pull-captures"
     last = invoke("trust", str(examples)).output.splitlines()[-1]
     assert "no stage 3" in last and ", - " not in last and not last.split(": ", 1)[1].startswith("- ")
+
+
+@pytest.mark.parametrize("jobs", ["65", "99999999999999999999"])
+def test_jobs_beyond_the_cap_is_a_usage_error(jobs: str, tmp_path: Path) -> None:
+    result = invoke("classify", "--jobs", jobs, str(tmp_path))
+    assert result.exit_code == 2 and "is more than 64" in result.output
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="workers are forked on Linux")
+def test_running_out_of_descriptors_for_workers_is_a_clear_error(tmp_path: Path) -> None:
+    import resource
+
+    from loop_core.testing import make_bundle, write_bundle
+
+    bundle = make_bundle()
+    for i in range(80):  # enough for every worker to be started
+        write_bundle(tmp_path / "c" / f"m{i:02d}" / "1", bundle)
+
+    def few_descriptors() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
+
+    result = subprocess.run([sys.executable, "-m", "loop_core", "classify", "--jobs", "40", "--format", "jsonl",
+                             str(tmp_path / "c")], capture_output=True, text=True, preexec_fn=few_descriptors,
+                            check=False)
+    assert result.returncode == 2, result.stderr
+    assert "could not start a worker process" in result.stderr and "internal error" not in result.stderr

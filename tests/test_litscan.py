@@ -273,6 +273,28 @@ def test_a_damaged_cached_database_is_compiled_again(cache_dir: Path, compiles: 
 
 
 @pytest.mark.skipif(not HYPERSCAN, reason="hyperscan is not installed")
+def test_a_database_under_another_literal_sets_name_is_not_used(cache_dir: Path, compiles: list[int]) -> None:
+    other = [f"other{i:03d}" for i in range(len(WORDS))]
+    _long_run_scanner(other)
+    _long_run_scanner(WORDS)
+    first, second = sorted(cache_dir.glob("*.db"), key=lambda p: p.stat().st_mtime_ns)
+    second.write_bytes(first.read_bytes())  # copied over: a valid database of other literals
+    _long_run_scanner(WORDS)
+    assert compiles == [len(other), len(WORDS), len(WORDS)]  # refused, compiled again
+    assert TextIndex("a word042 b").which(frozenset(WORDS)) == {"word042"}
+
+
+@pytest.mark.skipif(not HYPERSCAN, reason="hyperscan is not installed")
+def test_a_fifo_in_place_of_a_database_does_not_block(cache_dir: Path, compiles: list[int]) -> None:
+    _long_run_scanner(WORDS)
+    (stored,) = cache_dir.glob("*.db")
+    stored.unlink()
+    os.mkfifo(stored)
+    _long_run_scanner(WORDS)  # would wait forever on the read
+    assert compiles == [len(WORDS), len(WORDS)]
+
+
+@pytest.mark.skipif(not HYPERSCAN, reason="hyperscan is not installed")
 def test_cached_databases_are_few_and_only_large_ones(cache_dir: Path, compiles: list[int],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     _long_run_scanner(WORDS[: litscan.CACHED_FROM - 1])  # compiles faster than a file is read

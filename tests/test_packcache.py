@@ -348,3 +348,18 @@ def test_with_and_without_the_literal_scanner_the_analyses_are_kept_apart(cache:
     assert first == second
     assert _verdicts(_build(pack)) == first  # restored from the first mode's file
     assert len(list((cache / "packs").glob("*.json"))) == 2
+
+
+def test_a_fifo_in_place_of_the_cache_file_does_not_block_a_start(cache: Path, pack: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    _build(pack)
+    (path,) = (cache / "packs").glob("*.json")
+    path.unlink()
+    os.mkfifo(path)
+    # In a process of its own: a blocked read would otherwise hang the test run.
+    done = subprocess.run([sys.executable, "-m", "loop_core", "check", "--rules", str(pack)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
