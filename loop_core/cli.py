@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -71,6 +72,16 @@ def format_option(*choices: str) -> Callable[[F], F]:
 
 
 INTERRUPTED = 130  # the shell's status for a command stopped by Ctrl-C (128 + SIGINT)
+TERMINATED = 143  # and by SIGTERM (128 + 15)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread: it unwinds (workers stopped, batches
+    filed or left for the rerun) exactly as Ctrl-C does."""
+
+
+def _terminate(_signum: int, _frame: Any) -> None:
+    raise Terminated
 
 
 def _guard(f: F) -> F:
@@ -84,9 +95,10 @@ def _guard(f: F) -> F:
             return f(*args, **kwargs)
         except LoopError as e:
             raise LoopClickError(str(e)) from e
-        except KeyboardInterrupt:
-            click.echo("loop-rules: interrupted", err=True)
-            sys.exit(INTERRUPTED)
+        except KeyboardInterrupt as e:
+            terminated = isinstance(e, Terminated)
+            click.echo(f"loop-rules: {'terminated' if terminated else 'interrupted'}", err=True)
+            sys.exit(TERMINATED if terminated else INTERRUPTED)
 
     return wrapper  # type: ignore[return-value]
 
@@ -1016,6 +1028,8 @@ def main(argv: list[str] | None = None) -> None:
 
     for problem in unknown_settings():
         click.echo(f"loop-rules: warning: {problem}", err=True)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         cli.main(args=argv, prog_name="loop-rules", standalone_mode=True)
     except Exception as e:  # noqa: BLE001 - the last line of defence

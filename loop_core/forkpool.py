@@ -199,7 +199,9 @@ def _serve(fn: Callable[[Any, Engine], Any], engine: Engine, tasks: int, answers
     """A forked worker's life: answer each chunk read from ``tasks`` on ``answers``
     until the parent closes its end; then write out what ``fn`` printed and leave
     with ``os._exit``, which runs none of the parent's exit handlers."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it closes the pipes
+    # Ctrl-C and a polite SIGTERM to the group are the parent's to handle: it closes the pipes.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     status = 0
     try:
         with open(tasks, "rb") as inbox, open(answers, "wb") as outbox:

@@ -310,3 +310,43 @@ def test_running_out_of_descriptors_for_workers_is_a_clear_error(tmp_path: Path)
                             check=False)
     assert result.returncode == 2, result.stderr
     assert "could not start a worker process" in result.stderr and "internal error" not in result.stderr
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="workers are forked on Linux; /proc lists them")
+def test_sigterm_ends_a_parallel_run_with_a_message_and_no_workers_left(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from loop_core.testing import make_bundle, write_bundle
+
+    bundle = make_bundle("RuntimeError: " + "some frame\n" * 400)
+    for i in range(1500):  # a run of a second or more: the signal comes well before its end
+        write_bundle(tmp_path / "c" / f"m{i:04d}" / "1", bundle)
+    proc = subprocess.Popen([sys.executable, "-m", "loop_core", "classify", "--jobs", "2", "--format", "jsonl",
+                             str(tmp_path / "c")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline()  # classifying: the workers are up
+    workers = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) == proc.pid]
+    assert len(workers) == 2
+    proc.send_signal(signal.SIGTERM)
+    proc.stdout.read()
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and err.decode().strip().endswith("loop-rules: terminated")
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in workers)
+
+
+def _parent(proc_dir: Path) -> int | None:
+    try:
+        return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
