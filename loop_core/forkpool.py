@@ -28,6 +28,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ForkPool", "WorkerTraceback"]
 
+# The parent's ends of every live worker's pipes, in every pool of this process: a
+# worker forked later must close them all, or a worker of another pool never sees
+# the end of its input while this one lives (two pools open at once would hang).
+_PARENT_ENDS: set[int] = set()
+
 
 class ForkPool:
     """``jobs`` workers forked from this process, each sent chunks over a pipe of
@@ -69,12 +74,12 @@ class ForkPool:
         if pid == 0:  # the worker: it never returns from here
             os.close(tasks_out)
             os.close(answers_in)
-            for other in self._workers:  # the pipes of workers forked before this one
-                os.close(other.tasks)
-                os.close(other.answers)
+            for fd in _PARENT_ENDS:  # the pipes of workers forked before this one, of any pool
+                os.close(fd)
             _serve(fn, engine, tasks_in, answers_out)
         os.close(tasks_in)
         os.close(answers_out)
+        _PARENT_ENDS.update((tasks_out, answers_in))
         os.set_blocking(tasks_out, False)
         os.set_blocking(answers_in, False)
         return _Worker(pid, tasks_out, answers_in)
@@ -141,6 +146,7 @@ class ForkPool:
         """Stop the workers and reap them: each reads the end of its input as the
         last chunk; with ``kill`` (answers no longer wanted) they are ended at once."""
         for worker in self._workers:
+            _PARENT_ENDS.difference_update((worker.tasks, worker.answers))
             os.close(worker.tasks)
             os.close(worker.answers)  # a worker still writing an answer gets EPIPE and ends
             if kill and worker.pid:

@@ -96,6 +96,14 @@ def test_results_come_back_in_input_order_from_several_processes(engine: Engine)
     assert {v for *_rest, v in out} == {engine.pack.version}  # the caller's pack
 
 
+@pytest.mark.skipif(not parallel._forks(), reason="workers are forked only on Linux")
+def test_two_pools_open_at_once_both_finish(engine: Engine, deadline: None) -> None:
+    first = engine_map(_tag, range(200), engine, jobs=2, chunk=4, window=2)
+    second = engine_map(_tag, range(200), engine, jobs=2, chunk=4, window=2)
+    pairs = list(zip(first, second))  # each pool's workers must see the end of their input
+    assert [a[0] for a, _b in pairs] == [b[0] for _a, b in pairs] == list(range(200))
+
+
 def test_one_process_when_asked_or_when_the_input_is_tiny(engine: Engine) -> None:
     assert {pid for _i, pid, _v in engine_map(_tag, range(50), engine, jobs=1)} == {os.getpid()}
     assert {pid for _i, pid, _v in engine_map(_tag, range(3), engine, jobs=2)} == {os.getpid()}
