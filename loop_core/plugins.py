@@ -45,6 +45,20 @@ TRACE_ENV = "LOOP_RULES_TRACE_HOOKS"
 T = TypeVar("T")
 
 
+def _failing_entry_point() -> str:
+    """Which entry point of the group does not load (asked again, one by one, only
+    once loading them all failed), as ``name = module (distribution)``."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()
+        except Exception:  # noqa: BLE001 - this is the one to name
+            dist = getattr(getattr(ep, "dist", None), "name", None)
+            return f"plugin {ep.name!r} ({ep.value}" + (f", from {dist})" if dist else ")")
+    return "a plugin"
+
+
 def make_plugin_manager(
     *,
     builtins: Sequence[str] = BUILTIN_PLUGINS,
@@ -68,7 +82,8 @@ def make_plugin_manager(
         try:
             pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
         except Exception as e:  # a broken third-party package must name itself
-            raise PluginError(f"entry point group {ENTRY_POINT_GROUP!r}: cannot load a plugin: {e!r}") from e
+            raise PluginError(f"entry point group {ENTRY_POINT_GROUP!r}: cannot load {_failing_entry_point()}: "
+                              f"{e!r}") from e
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as e:

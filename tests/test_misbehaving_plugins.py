@@ -268,3 +268,17 @@ def test_a_counted_answer_that_is_not_true_does_not_skip_the_filing(tmp_path: Pa
     item = process_bundle(bundle, engine, counted=lambda digest, submission: "no")
     assert not item.counted and item.draft is not None
     assert process_bundle(bundle, engine, counted=lambda digest, submission: True).counted
+
+
+def test_an_entry_point_that_does_not_import_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import make_plugin_manager
+
+    info = tmp_path / "acme_broken-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-broken\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[loop_rules]\nbroken = acme_no_such_module_xyz.plugin\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("LOOP_RULES_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    with pytest.raises(PluginError, match=r"cannot load plugin 'broken' \(acme_no_such_module_xyz.plugin, "
+                                          r"from acme-broken\): ModuleNotFoundError"):
+        make_plugin_manager()
