@@ -76,6 +76,19 @@ class MatcherTrace:
     traces: tuple[Trace, ...] = ()
 
 
+def _match_problem(match: Match) -> str | None:
+    """What makes a matcher's Match unusable in a verdict (it reaches JSON rows, issue
+    bodies and, under --jobs, a pickle), or None."""
+    if not isinstance(match.rule_id, str):
+        return f"rule_id is {type(match.rule_id).__name__}, not text"
+    if match.delta_mib is not None and (not isinstance(match.delta_mib, (int, float))
+                                        or isinstance(match.delta_mib, bool)):
+        return f"delta_mib is {type(match.delta_mib).__name__}, not a number"
+    if match.tier1_inputs is not None and not isinstance(match.tier1_inputs, dict):
+        return f"tier1_inputs is {type(match.tier1_inputs).__name__}, not a mapping"
+    return None
+
+
 def condition_kinds(pm: pluggy.PluginManager) -> dict[str, ConditionKind]:
     found: dict[str, tuple[ConditionKind, str]] = collect(
         pm, "loop_register_conditions", lambda k: k.name, "condition kind")
@@ -169,6 +182,9 @@ class Engine:
         if result is not None and not isinstance(result, Match):
             ctx.view.warnings.append(f"matcher {matcher.name!r} returned {type(result).__name__}, not a Match; "
                                      "skipped")
+            return None
+        if result is not None and (problem := _match_problem(result)):
+            ctx.view.warnings.append(f"matcher {matcher.name!r} returned a Match whose {problem}; skipped")
             return None
         return result
 

@@ -282,3 +282,17 @@ def test_an_entry_point_that_does_not_import_is_named(tmp_path: Path, monkeypatc
     with pytest.raises(PluginError, match=r"cannot load plugin 'broken' \(acme_no_such_module_xyz.plugin, "
                                           r"from acme-broken\): ModuleNotFoundError"):
         make_plugin_manager()
+
+
+@pytest.mark.parametrize("fields, problem", [
+    ({"rule_id": 12345}, "rule_id is int, not text"),
+    ({"delta_mib": "lots"}, "delta_mib is str, not a number"),
+    ({"tier1_inputs": [1, 2]}, "tier1_inputs is list, not a mapping"),
+])
+def test_a_match_with_fields_a_verdict_cannot_carry_is_skipped_with_a_warning(
+        pm: pluggy.PluginManager, register_plugin: Callable[..., Any], fields: dict[str, Any], problem: str) -> None:
+    match = Match("genuine-oom", **{"rule_id": "acme-rule", **fields})
+    register_plugin(Matchers(Matcher("acme-odd-match", Tier.TIER1, 5, lambda ctx: match)), "acme-odd-match")
+    verdict = Engine.build("default", pm).classify(make_bundle("nothing special"))
+    assert verdict.matched_rule != "acme-rule" and verdict.matched_rule != 12345
+    assert f"matcher 'acme-odd-match' returned a Match whose {problem}; skipped" in verdict.warnings
