@@ -532,8 +532,9 @@ def _compile_select(raw: dict[str, Any], timeout: float, where: str,
             operand = _operand(ops[0], raw[ops[0]], ignore_case, where, regexes)
         except ValueError as e:
             problems.append(str(e))
-    if problems or selector is None:
+    if problems:
         raise ConditionErrors(problems)
+    assert selector is not None  # it compiled, or its problem was raised above
     return Select(selector, ops[0], operand, ignore_case, timeout)
 
 

@@ -149,8 +149,9 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
             draft = engine.pm.hook.loop_draft_issue(bundle=bundle, verdict=verdict)
         except BundleError as e:  # a key too long for any issue body
             return Processed(path, error=str(e))
-        if _other_drafters(engine.pm):
-            _check_draft(draft, bundle, verdict, _other_drafters(engine.pm))
+        plugins = _other_drafters(engine.pm)
+        if plugins:  # the built-in drafter is trusted: nothing to re-check on the usual path
+            _check_draft(draft, bundle, verdict, plugins)
     return Processed(path, verdict=verdict, failure=True, draft=draft, occurrence=occurrence,
                      review=review, anchor=anchor)
 
