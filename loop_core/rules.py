@@ -127,7 +127,7 @@ class PackSettings:
     tier1_oom_surface: str = "reference"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class RulePack:
     """A loaded, compiled rule pack. Evaluation never sees raw YAML."""
 

@@ -15,6 +15,7 @@ sides of the delta are usable numbers.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -49,15 +50,20 @@ class _Compiled:
         self.timeout = s.regex_timeout
 
 
-_CACHE: dict[int, tuple[RulePack, _Compiled]] = {}
+# Each live pack's compiled signature, keyed by id(pack). The pack is held weakly and
+# its entry dropped when it goes: a process that builds engine after engine (a
+# service, a test run) would otherwise keep every pack it ever loaded.
+_CACHE: dict[int, tuple[weakref.ref[RulePack], _Compiled]] = {}
 
 
 def _compiled(pack: RulePack) -> _Compiled:
     hit = _CACHE.get(id(pack))
-    if hit is None or hit[0] is not pack:
-        hit = (pack, _Compiled(pack))
-        _CACHE[id(pack)] = hit
-    return hit[1]
+    if hit is not None and hit[0]() is pack:
+        return hit[1]
+    compiled = _Compiled(pack)
+    key = id(pack)
+    _CACHE[key] = (weakref.ref(pack, lambda _ref: _CACHE.pop(key, None)), compiled)
+    return compiled
 
 
 def _text(value: Any) -> str:

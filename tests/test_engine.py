@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+
 import pluggy
 import pytest
 
 from loop_core import Engine, FailureClass, Match, Matcher, Tier, hookimpl
+from loop_core.rules import RulePack
 from loop_core.testing import make_bundle
 from loop_rules.tier1 import predicted_total_mib
 
@@ -229,3 +232,20 @@ def test_success_bundle_is_unknown_not_oom(engine: Engine) -> None:
 def test_classification_is_deterministic(engine: Engine) -> None:
     bundle = make_bundle(OOM)
     assert engine.classify(bundle) == engine.classify(make_bundle(OOM))
+
+
+def test_engines_built_one_after_another_are_freed() -> None:
+    """A long-lived process (a service, a notebook) builds engine after engine; once
+    dropped, each must go with its pack, or memory grows by megabytes per build."""
+    def live_packs() -> int:
+        return sum(isinstance(o, RulePack) for o in gc.get_objects())
+
+    gc.collect()
+    before = live_packs()
+    for _ in range(3):
+        engine = Engine.build("default")
+        verdict = engine.classify(make_bundle("torch.OutOfMemoryError: CUDA out of memory"))
+        assert verdict.matched_rule == "tier1-oom-fastpath"  # Tier-1 compiled its signature for this pack
+        del engine
+    gc.collect()
+    assert live_packs() == before
