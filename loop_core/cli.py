@@ -14,7 +14,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -96,11 +96,16 @@ def _guard(f: F) -> F:
         except LoopError as e:
             raise LoopClickError(str(e)) from e
         except KeyboardInterrupt as e:
-            terminated = isinstance(e, Terminated)
-            click.echo(f"loop-rules: {'terminated' if terminated else 'interrupted'}", err=True)
-            sys.exit(TERMINATED if terminated else INTERRUPTED)
+            _stopped(e)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _stopped(e: BaseException | None) -> NoReturn:
+    """One line and the shell's status for Ctrl-C (130) or SIGTERM (143)."""
+    terminated = isinstance(e, Terminated)
+    click.echo(f"loop-rules: {'terminated' if terminated else 'interrupted'}", err=True)
+    sys.exit(TERMINATED if terminated else INTERRUPTED)
 
 
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -1031,13 +1036,26 @@ def main(argv: list[str] | None = None) -> None:
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _terminate)
     try:
-        cli.main(args=argv, prog_name="loop-rules", standalone_mode=True)
+        # Not standalone: click would answer Ctrl-C during its own parsing, before a
+        # command's guard is in place, with "Aborted!" and status 1 (which here means
+        # a run that found something).
+        status = cli.main(args=argv, prog_name="loop-rules", standalone_mode=False)
+    except click.Abort as e:  # Ctrl-C, SIGTERM or end of input outside a command
+        _stopped(e.__context__)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt as e:  # before click took over
+        _stopped(e)
     except Exception as e:  # noqa: BLE001 - the last line of defence
         if os.environ.get("LOOP_RULES_DEBUG"):
             raise
         click.echo(f"loop-rules: internal error: {type(e).__name__}: {e} "
                    f"(set LOOP_RULES_DEBUG=1 for the traceback)", err=True)
         sys.exit(70)
+    else:
+        if isinstance(status, int) and status:  # an Exit(status) outside a command
+            sys.exit(status)
     finally:
         # The command is done and the process ends: the interpreter's collections at
         # exit would walk every object still alive (modules, the pack, the tracker's

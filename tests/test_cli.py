@@ -216,6 +216,32 @@ def test_ctrl_c_is_one_line_and_status_130(tmp_path: Path, monkeypatch, jobs: st
     assert len(result.stdout.splitlines()) == 3  # the rows printed before it
 
 
+@pytest.mark.parametrize("signal_error, status, line", [
+    (KeyboardInterrupt, 130, "loop-rules: interrupted"),
+    ("Terminated", 143, "loop-rules: terminated"),
+])
+def test_a_signal_while_the_command_line_is_parsed_is_one_line_too(  # type: ignore[no-untyped-def]
+        monkeypatch, capsys, signal_error, status: int, line: str) -> None:
+    """Before a command's own guard is in place, click used to print "Aborted!" and
+    exit 1, the status of a run that found something."""
+    import gc
+
+    import loop_core.cli as cli_module
+
+    error = cli_module.Terminated if signal_error == "Terminated" else signal_error
+
+    def parse_args(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise error
+
+    monkeypatch.setattr(cli_module.cli, "parse_args", parse_args)
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # main() ends processes; this one goes on
+    with pytest.raises(SystemExit) as stopped:
+        cli_module.main(["classify", "examples/pull-captures"])
+    assert stopped.value.code == status
+    err = capsys.readouterr().err
+    assert err.strip() == line and "Aborted" not in err
+
+
 def test_jobs_auto_is_one_per_usable_cpu_and_a_bad_count_is_named(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import loop_core.cli as cli_module
     from loop_core.testing import make_bundle, write_bundle
