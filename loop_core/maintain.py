@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections import Counter
@@ -17,6 +18,7 @@ from .errors import LoopError
 from .keys import dedup_key, tier2_fingerprint
 from .rules import Rule, RulePack, load_rules
 from .testing import make_bundle
+from .trackers import write_texts_many
 from .verdict import FailureClass
 from .view import View
 
@@ -67,7 +69,7 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
     stamp = time.strftime("%Y-%m-%d", time.gmtime())
     origin = f" from {' '.join(note.split())}" if note else ""
     entry = f"  '{fingerprint}': {failure_class}  # learned {stamp}{origin}\n"
-    path.write_text(_with_entry(before, entry), encoding="utf-8")
+    _replace_text(path, _with_entry(before, entry))
     try:
         learned = load_rules(pack_dir, kinds).exact.get(fingerprint)
         if learned != failure_class:
@@ -77,9 +79,26 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
         if before is None:
             path.unlink()
         else:
-            path.write_text(before, encoding="utf-8")
+            _replace_text(path, before)
         raise
     return True
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Replace the file at ``path`` (a link's target, if it is a link) with ``text``
+    in one step, keeping its permissions: a full disk or a Ctrl-C leaves the old
+    table whole, never a truncated one.
+
+    :raises LoopError: the file could not be written.
+    """
+    target = path.resolve()
+    try:
+        mode = target.stat().st_mode & 0o7777 if target.exists() else None
+        write_texts_many([(target, text)])
+        if mode is not None:
+            os.chmod(target, mode)
+    except OSError as e:
+        raise LoopError(f"{path}: could not write: {e.strerror or e}; the file is as it was") from e
 
 
 _EXACT_LINE = re.compile(r"(?m)^exact:[ \t]*(?:(?:null|~|\{\s*\})[ \t]*)?(?:#.*)?$")

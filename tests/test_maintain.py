@@ -203,3 +203,35 @@ def test_learn_leaves_a_flow_style_table_as_it_was(pack: Path, pm: pluggy.Plugin
     with pytest.raises(LoopError):
         learn(pack, "abcdefabcdef", "genuine-oom", condition_kinds(pm))
     assert (pack / "exact.yml").read_text() == flow
+
+
+def test_learn_on_a_full_disk_keeps_the_table_whole(pack: Path, pm: pluggy.PluginManager,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writing the table in place truncated it first: a full disk left it empty,
+    every earlier decision lost, and the undo never ran."""
+    import errno
+    import os
+
+    table = "# hand-kept\nexact:\n  '0123456789ab': unknown  # decided in review\n"
+    (pack / "exact.yml").write_text(table)
+
+    def full(fd: int, data: object) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(LoopError, match=r"exact\.yml: could not write: No space left on device"):
+        learn(pack, "abcdefabcdef", "genuine-oom", condition_kinds(pm))
+    monkeypatch.undo()
+    assert (pack / "exact.yml").read_text() == table
+    assert [p.name for p in pack.iterdir() if p.name.startswith(".")] == []  # no temp file left
+
+
+def test_learn_keeps_the_tables_permissions_and_link(pack: Path, tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    shared = tmp_path / "shared-exact.yml"
+    shared.write_text("exact:\n  '0123456789ab': unknown\n")
+    shared.chmod(0o664)
+    (pack / "exact.yml").symlink_to(shared)
+    assert learn(pack, "abcdefabcdef", "genuine-oom", condition_kinds(pm))
+    assert (pack / "exact.yml").is_symlink()
+    assert "'abcdefabcdef': genuine-oom" in shared.read_text()
+    assert shared.stat().st_mode & 0o777 == 0o664
