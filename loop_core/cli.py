@@ -655,7 +655,10 @@ def report(captures: Path, out: Path, rules: str, catalog: Path | None) -> None:
     from .report import collect_triage, render_html
 
     data = collect_triage(captures, _engine(rules), load_catalog(catalog))
-    out.write_text(render_html(data), encoding="utf-8")
+    try:
+        out.write_text(render_html(data), encoding="utf-8")
+    except OSError as e:
+        raise LoopClickError(f"--out {_shown(out)}: could not write the report: {e.strerror or e}") from e
     click.echo(f"wrote {out} ({data.bundles} bundles, {sum(data.by_class.values())} failures, "
                f"{len(data.groups)} dedup groups)")
 

@@ -48,6 +48,13 @@ def test_report_has_every_section_and_no_network_assets(captures: Path, tmp_path
     assert ">tier1</text>" in page
 
 
+def test_a_report_that_cannot_be_written_is_one_line(captures: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["report", str(captures), "--out", str(tmp_path / "missing" / "r.html")])
+    assert result.exit_code == 2
+    assert "could not write the report: No such file or directory" in result.output
+    assert "internal error" not in result.output and not (tmp_path / "missing").exists()
+
+
 def test_report_escapes_bundle_text(tmp_path: Path) -> None:
     captures = tmp_path / "c"
     hostile = "<script>alert(1)</script><img src=x onerror=alert(2)>"
