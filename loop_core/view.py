@@ -8,12 +8,14 @@ per bundle, so a pack that never asks for ``all_text`` never builds it.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, TypeVar
 
 from .bundle import Bundle
 from .fastregex import TextIndex
 from .keys import error_source, first_red_capability, normalize_text
+
+T = TypeVar("T")
 
 __all__ = ["SIGNALS", "View"]
 
@@ -230,7 +232,7 @@ class View:
 
     def __init__(self, bundle: Bundle) -> None:
         self.bundle = bundle
-        self._signals: dict[str, Any] = {}
+        self._signals: dict[Hashable, Any] = {}  # signal name (or memo key) -> value
         self.selected: dict[str, list[Any]] = {}  # selector path -> its values (Selector.values)
         self._document: dict[str, Any] | None = None
         self._indexes: dict[int, TextIndex] = {}
@@ -262,10 +264,23 @@ class View:
     def index(self, text: str) -> TextIndex:
         """The :class:`~loop_core.fastregex.TextIndex` of ``text``, made once per text
         object and shared by every rule that searches it."""
-        hit = self._indexes.get(id(text))
+        indexes = self._indexes
+        hit = indexes.get(id(text))
         if hit is None or hit.text is not text:
-            hit = self._indexes[id(text)] = TextIndex(text)
+            if len(indexes) >= MAX_INDEXES:  # texts made afresh for each search: keep the newest
+                del indexes[next(iter(indexes))]
+            hit = indexes[id(text)] = TextIndex(text)
         return hit
+
+    def memo(self, key: Hashable, make: Callable[[], T]) -> T:
+        """``make()``, computed once per bundle and shared by the views of it like a
+        signal: for a text a matcher builds from the bundle (Tier-1's scan surface),
+        so that the same text object, and its one index, serves every classification."""
+        slot = ("memo", key)
+        value = self._signals.get(slot, _MISSING)
+        if value is _MISSING:
+            value = self._signals[slot] = make()
+        return value  # type: ignore[no-any-return]
 
     def signal(self, name: str) -> Any:
         value = self._signals.get(name, _MISSING)
@@ -294,4 +309,7 @@ class View:
 
 _FILES = frozenset({"manifest", "pt1", "pt2", "pt3", "pt4", "pt5"})
 _LATEST: list[View | None] = [None]  # see View.of
+# Text indexes one view keeps: the texts of a bundle are a few dozen; more means
+# texts built anew for each search, whose indexes would otherwise pile up.
+MAX_INDEXES = 64
 MISSING = _MISSING

@@ -154,7 +154,7 @@ def route_and_delta(inputs: dict[str, Any]) -> tuple[bool, int | None]:
 
 def _match(ctx: MatchContext) -> Match | None:
     compiled = _compiled(ctx.pack)
-    surface = scan_surface(ctx, compiled.surface)
+    surface = ctx.view.memo((RULE_ID, compiled.surface), lambda: scan_surface(ctx, compiled.surface))
     index = ctx.view.index(surface)
     try:
         if not compiled.signature.test(surface, timeout=compiled.timeout, index=index):

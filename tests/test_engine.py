@@ -249,3 +249,25 @@ def test_engines_built_one_after_another_are_freed() -> None:
         del engine
     gc.collect()
     assert live_packs() == before
+
+
+@pytest.mark.parametrize("pack", ["reference", "default"])
+def test_classifying_one_bundle_again_and_again_holds_no_more_memory(pack: str) -> None:
+    """A notebook or a service classifies the same bundle object many times: each
+    call used to keep another copy of the log (Tier-1's scan surface) and its index."""
+    import tracemalloc
+
+    log = "INFO some line of boot log text that goes on\n" * 5000 + "torch.OutOfMemoryError: CUDA out of memory"
+    bundle = make_bundle(log)
+    engine = Engine.build(pack)
+    assert engine.classify(bundle).matched_rule == "tier1-oom-fastpath"
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        for _ in range(30):
+            engine.classify(bundle)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - start
+    finally:
+        tracemalloc.stop()
+    assert grown < len(log), f"{grown} bytes more after 30 classifications of a {len(log)}-character log"
