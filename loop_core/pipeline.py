@@ -32,7 +32,6 @@ few hundred bytes per anchor, aside).
 
 from __future__ import annotations
 
-import functools
 import pickle
 import tempfile
 import time
@@ -156,9 +155,9 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
                      review=review, anchor=anchor)
 
 
-@functools.lru_cache(maxsize=8)
 def _other_drafters(pm: Any) -> tuple[str, ...]:
-    """The plugins besides the built-in one that implement ``loop_draft_issue``."""
+    """The plugins besides the built-in one that implement ``loop_draft_issue``,
+    asked each time: a plugin may be registered between two runs."""
     return tuple(impl.plugin_name for impl in pm.hook.loop_draft_issue.get_hookimpls()
                  if impl.plugin_name != "loop_rules.dedup")
 

@@ -158,6 +158,19 @@ def test_a_draft_no_tracker_can_count_on_stops_the_run(cli_uses_pm: pluggy.Plugi
     assert "internal error" not in result.stderr
 
 
+def test_a_drafter_registered_after_a_run_is_checked_too(cli_uses_pm: pluggy.PluginManager,
+                                                          register_plugin: Callable[..., Any],
+                                                          captures: Path, tmp_path: Path) -> None:
+    """A long-lived process registers a plugin between two runs: the drafters were
+    looked up once per plugin manager and the newcomer's drafts went unchecked."""
+    assert run_json(captures)["filed_new"] == 12
+    register_plugin(Drafts("notuple"), "acme-drafts")
+    again = tmp_path / "again"
+    shutil.copytree(EXAMPLES, again)
+    result = run_json(again, code=2)
+    assert "loop_draft_issue (plugins acme-drafts)" in result.stderr
+
+
 # -- trust -----------------------------------------------------------------------
 
 
