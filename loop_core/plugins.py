@@ -75,6 +75,10 @@ def make_plugin_manager(
         for name in builtins:
             pm.register(importlib.import_module(name), name=name)
         for plugin in plugins:
+            name = pm.get_canonical_name(plugin)
+            if pm.is_registered(plugin) or pm.has_plugin(name):
+                raise PluginError(f"plugin {name!r}: a name registered twice (the same plugin given again, "
+                                  f"or another plugin of that name)")
             pm.register(plugin)
     except pluggy.PluginValidationError as e:
         raise PluginError(f"plugin {e.plugin!r}: {e}") from e

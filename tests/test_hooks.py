@@ -580,3 +580,15 @@ def test_consensus_counts_distinct_other_submissions_with_the_same_key() -> None
     assert index.count(own) == 1 + 3  # nor counted twice once indexed
     assert index.count(anchor("f" * 40, ctx=4096)) == 1  # no prior with that key
     assert ConsensusIndex().count(make_bundle({"manifest": {"schema": 2}})) == 1  # a gate bundle has no key
+
+
+def test_a_plugin_given_twice_to_make_plugin_manager_is_a_plugin_error() -> None:
+    import types
+
+    import loop_rules.tier1
+    from loop_core import make_plugin_manager
+
+    acme = types.ModuleType("acme_plugin")
+    for plugins in ([loop_rules.tier1], [acme, acme], [acme, types.ModuleType("acme_plugin")]):
+        with pytest.raises(PluginError, match=r"^plugin '(loop_rules\.tier1|acme_plugin)': a name registered twice"):
+            make_plugin_manager(entry_points=False, plugins=plugins)
