@@ -285,14 +285,11 @@ def _store(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically and keep the folder to :data:`CACHED_FILES`
     files, the least recently used going first; best effort (a read-only or full disk
     only costs the next run a compile)."""
-    from .packcache import write_cache_file
+    from .packcache import prune, write_cache_file
 
     try:
         write_cache_file(path, data)
-        # File times tick coarsely (a few ms): the one just written stays whatever its time says.
-        others = sorted((p for p in path.parent.glob("*.db") if p != path), key=lambda p: p.stat().st_mtime_ns)
-        for old in others[: max(0, len(others) - (CACHED_FILES - 1))]:
-            old.unlink(missing_ok=True)
+        prune(path, CACHED_FILES)
     except OSError:
         pass
 

@@ -29,11 +29,14 @@ The cache directory is ``$LOOP_RULES_CACHE_DIR``, else
 its long runs' Hyperscan databases in ``hyperscan/`` there, see
 :data:`loop_core.litscan.CACHED_FROM`.) A file that is missing,
 unreadable, damaged or written by other code is ignored (and replaced);
-a directory that cannot be written to only costs the speed-up.
+a directory that cannot be written to only costs the speed-up. Every edit
+of a pack is a new content and a new file: ``packs/`` keeps the
+:data:`CACHED_PACKS` used last (a load marks its file used).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -46,9 +49,10 @@ from .__version__ import __version__
 from .envflags import switched_off
 from .fastregex import RegexCache, strings_limit
 
-__all__ = ["PackCache", "cache_dir", "load", "save", "write_cache_file"]
+__all__ = ["PackCache", "cache_dir", "load", "prune", "save", "write_cache_file"]
 
 FORMAT = 3
+CACHED_PACKS = 16  # pack files kept in packs/; the least recently used go first
 _CODE_KEY: str | None = None
 
 
@@ -140,6 +144,7 @@ def load(content_digest: str) -> PackCache:
             found = doc.get("literals")
             if isinstance(found, list) and all(isinstance(x, str) for x in found):
                 literals = found
+            os.utime(path)  # recently used: the last to be pruned
     except (OSError, ValueError, RecursionError):
         pass  # missing or damaged: analyse afresh
     return PackCache(entries, documents=documents, literals=literals)
@@ -159,9 +164,31 @@ def save(cache: RegexCache, content_digest: str) -> Path | None:
         data["literals"] = sorted(cache.literals)
     try:
         write_cache_file(path, json.dumps(data).encode("utf-8"))
+        prune(path, CACHED_PACKS)  # every edit of a pack is another content
     except OSError:
         return None  # read-only or full: the next start analyses again
     return path
+
+
+def prune(path: Path, keep: int) -> None:
+    """Keep the cache files beside ``path`` (those of its suffix) to ``keep``, the
+    least recently used (the oldest modification time) going first. ``path``, just
+    written, stays whatever its time says (file times tick coarsely), and so do the
+    temp files of writes in progress.
+
+    :raises OSError: the folder cannot be listed or a file removed.
+    """
+    others = []
+    for entry in os.scandir(path.parent):
+        if entry.name.endswith(path.suffix) and not entry.name.startswith(".") and entry.name != path.name:
+            try:
+                others.append((entry.stat().st_mtime_ns, entry.path))
+            except FileNotFoundError:  # pruned by another process meanwhile
+                continue
+    others.sort()
+    for _mtime, old in others[: max(0, len(others) - (keep - 1))]:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(old)
 
 
 def write_cache_file(path: Path, data: bytes) -> None:

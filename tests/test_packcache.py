@@ -124,12 +124,12 @@ def test_what_a_run_learnt_seeds_the_next_starts_scanner(cache: Path, pack: Path
         learnt = litscan.scanner().learnt()  # type: ignore[union-attr]
         (path,) = (cache / "packs").glob("*.json")
         assert set(json.loads(path.read_text(encoding="utf-8"))["literals"]) == learnt and learnt
-        written = path.stat().st_mtime_ns
+        written = path.stat().st_ino  # each write makes a new file and renames it into place
         litscan.use_scanner(True)
         again = _build(pack)
         assert litscan.scanner().learnt() == learnt  # type: ignore[union-attr]  # before any bundle
         assert list(classify_rows([EXAMPLES], again)) == rows
-        assert path.stat().st_mtime_ns == written  # nothing new learnt: not written again
+        assert path.stat().st_ino == written  # nothing new learnt: not written again
     finally:
         litscan.use_scanner(None)
 
@@ -295,6 +295,33 @@ def test_an_edited_pack_gets_a_cache_of_its_own(cache: Path, pack: Path) -> None
     from loop_core.testing import make_bundle
 
     assert engine.classify(make_bundle("RuntimeError: Frobnicator kernel missing")).matched_rule == "brand-new"
+
+
+def test_the_cache_keeps_the_packs_used_last(cache: Path, pack: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every edit of a pack (every `learn`) is a new content and a new file of some
+    400 KB: the folder used to grow without end."""
+    import time
+
+    from loop_core import packcache
+
+    monkeypatch.setattr(packcache, "CACHED_PACKS", 3)
+
+    def files() -> set[str]:
+        return {p.name for p in (cache / "packs").glob("*.json")}
+
+    _build(pack)
+    (first,) = files()
+    for i in range(2):
+        time.sleep(0.05)  # file times tick coarsely
+        (pack / "exact.yml").write_text(f"exact:\n  '{i:012x}': unknown\n")
+        _build(pack)
+    time.sleep(0.05)
+    (pack / "exact.yml").unlink()
+    _build(pack)  # the first content again: its file is used, so kept
+    time.sleep(0.05)
+    (pack / "exact.yml").write_text("exact:\n  'ffffffffffff': unknown\n")
+    _build(pack)
+    assert len(files()) == 3 and first in files()
 
 
 def test_an_invalid_pack_writes_no_cache(cache: Path, pack: Path) -> None:
