@@ -67,7 +67,7 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
     path = pack_dir / EXACT_FILE
     before = path.read_text(encoding="utf-8") if path.exists() else None
     stamp = time.strftime("%Y-%m-%d", time.gmtime())
-    origin = f" from {' '.join(note.split())}" if note else ""
+    origin = f" from {_comment_text(note)}" if note.strip() else ""
     entry = f"  '{fingerprint}': {failure_class}  # learned {stamp}{origin}\n"
     _replace_text(path, _with_entry(before, entry))
     try:
@@ -82,6 +82,13 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
             _replace_text(path, before)
         raise
     return True
+
+
+def _comment_text(note: str) -> str:
+    """``note`` as one line of a YAML comment: a folder name's bytes that are not
+    UTF-8 written ``\xff``, other unprintable characters as their escapes."""
+    text = " ".join(path_text(note).split())
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _replace_text(path: Path, text: str) -> None:

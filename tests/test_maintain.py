@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -235,3 +236,19 @@ def test_learn_keeps_the_tables_permissions_and_link(pack: Path, tmp_path: Path,
     assert (pack / "exact.yml").is_symlink()
     assert "'abcdefabcdef': genuine-oom" in shared.read_text()
     assert shared.stat().st_mode & 0o777 == 0o664
+
+
+def test_learn_from_a_bundle_whose_folder_name_is_not_utf8(pack: Path, tmp_path: Path,
+                                                           pm: pluggy.PluginManager) -> None:
+    """The note naming the bundle could not be written as UTF-8: the table was left
+    empty (every earlier decision gone) and the run ended in an internal error."""
+    table = "exact:\n  '0123456789ab': unknown\n"
+    (pack / "exact.yml").write_text(table)
+    name = os.fsdecode(b"ts\xff\x1b[31m")
+    bundle_path = write_bundle(tmp_path / "m" / name, make_bundle(NOVEL))
+    result = invoke("learn", str(bundle_path), "--as", "kernel-unsupported", "--rules", str(pack))
+    assert result.exit_code == 0, result.output
+    text = (pack / "exact.yml").read_text(encoding="utf-8")
+    assert text.startswith(table)
+    assert text.rstrip().endswith("from bundle ts\\xff\\x1b[31m")
+    assert len(Engine.build(pack, pm).pack.exact) == 2
