@@ -568,7 +568,7 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
         if bundle is not None or captures is None:
             raise LoopClickError("--review HASH needs --captures DIR and no BUNDLE")
         queue = ReviewQueue(captures)
-        item = next((i for i in queue.items() if i.get("dedup_hash") == review_hash), None)
+        item = queue.entry(review_hash)
         if item is None:
             raise LoopClickError(f"{captures}: no review-queue entry {review_hash!r}")
         fingerprint, origin = review_fingerprint(item), f"review {review_hash}"
@@ -581,14 +581,22 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
     else:
         raise LoopClickError("give a BUNDLE or --review HASH --captures DIR")
     added = learn_fingerprint(rules_dir, fingerprint, as_class, condition_kinds(pm), note=origin)
-    removed = False
+    settled = ""
     if queue is not None:
         from .keys import dedup_key
+        from .maintain import settle_review_entry
 
-        hashes = [review_hash] if review_hash else [dedup_key(read_bundle(bundle), "unknown").digest()]  # type: ignore[arg-type]
-        removed = any(queue.remove(h) for h in hashes if h)
+        entry = review_hash or dedup_key(read_bundle(bundle), "unknown").digest()  # type: ignore[arg-type]
+        taken, left = settle_review_entry(queue, entry, Engine.build(str(rules_dir), pm), fingerprint)
+        if taken and not left:
+            settled = "; removed from the review queue"
+        elif taken:
+            settled = (f"; {taken} occurrence(s) taken out of review-queue entry {entry}, {left} with "
+                       f"another error left in it")
+        elif left:
+            settled = f"; review-queue entry {entry} kept: none of its {left} occurrence(s) is decided by this"
     click.echo(f"{'learned' if added else 'already known'}: {fingerprint} -> {as_class} in "
-               f"{rules_dir / 'exact.yml'}" + ("; removed from the review queue" if removed else ""))
+               f"{rules_dir / 'exact.yml'}" + settled)
 
 
 @cli.command()
@@ -655,6 +663,8 @@ def report(captures: Path, out: Path, rules: str, catalog: Path | None) -> None:
     from .report import collect_triage, render_html
 
     data = collect_triage(captures, _engine(rules), load_catalog(catalog))
+    for problem in data.review_problems:
+        click.echo(f"loop-rules: warning: skipped {_shown(problem)}", err=True)
     try:
         out.write_text(render_html(data), encoding="utf-8")
     except OSError as e:
@@ -781,7 +791,10 @@ def _run_table(captures: Path, data: dict[str, Any], tracker_name: str) -> None:
     else:
         click.echo(f"filed into {data['tracker']}: {data['filed_new']} new, {data['plus_one']} +1, "
                    f"{data['already_counted']} already counted, {data['spooled']} spooled")
-        click.echo(f"review queue: {data['review_queued']} newly queued; suppressed (benign): {data['suppressed']}")
+        settled = f", {data['review_settled']} decided since and taken out" if data["review_settled"] else ""
+        dismissed = f"; dismissed (learned as unknown): {data['dismissed']}" if data["dismissed"] else ""
+        click.echo(f"review queue: {data['review_queued']} newly queued{settled}; "
+                   f"suppressed (benign): {data['suppressed']}{dismissed}")
     anchors = data["anchors"]
     click.echo(f"success anchors: raw {anchors['raw']}, candidate {anchors['candidate']}, "
                f"validated {anchors['validated']}, tier1 {anchors['tier1']}")
@@ -899,17 +912,20 @@ def review_list(captures: Path, fmt: str) -> None:
     """
     from .trackers import ReviewQueue
 
-    items = ReviewQueue(captures).items()
+    problems: list[str] = []
+    items = ReviewQueue(captures).items(problems)
+    for problem in problems:  # one damaged file does not hide the others
+        click.echo(f"loop-rules: warning: skipped {_shown(problem)}", err=True)
     if fmt == "json":
         click.echo(json.dumps(items, indent=2))
         return
-    click.echo(f"{'DEDUP':12}  {'COUNT':>5}  {'MODEL':39}  ERROR")
+    click.echo(f"{'DEDUP':12}  {'COUNT':>5}  {'MODEL':40}  ERROR")
     for item in items:
         error = str(item.get("final_error") or item.get("error_substring") or "")
         occurrences = item.get("occurrences") or []
         count = len(occurrences) if isinstance(occurrences, list) else "?"  # a file edited by hand
         click.echo(f"{_shown(item.get('dedup_hash'))[:12]:12}  {count:>5}  "
-                   f"{_shown(item.get('model_slug'))[:39]:39}  {_shown(error)[:60]}")
+                   f"{_shown(item.get('model_slug'))[:40]:40}  {_shown(error)[:60]}")
     click.echo(f"\n{len(items)} item(s) waiting for review")
 
 

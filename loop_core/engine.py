@@ -86,6 +86,8 @@ def _match_problem(match: Match) -> str | None:
         return f"delta_mib is {type(match.delta_mib).__name__}, not a number"
     if match.tier1_inputs is not None and not isinstance(match.tier1_inputs, dict):
         return f"tier1_inputs is {type(match.tier1_inputs).__name__}, not a mapping"
+    if match.review is not None and not isinstance(match.review, bool):
+        return f"review is {type(match.review).__name__}, not None or a bool"
     return None
 
 
@@ -235,12 +237,13 @@ class Engine:
                 delta_mib=result.delta_mib, tier1_inputs=result.tier1_inputs,
                 rules_version=self.pack.version, warnings=tuple(ctx.view.warnings),
             )
-        return self._routed(ctx, cls, Tier.TIER2, result.rule_id)
+        return self._routed(ctx, cls, Tier.TIER2, result.rule_id, review=result.review is not False)
 
-    def _routed(self, ctx: MatchContext, cls: FailureClass, tier: Tier, rule: str | None) -> Classification:
+    def _routed(self, ctx: MatchContext, cls: FailureClass, tier: Tier, rule: str | None, *,
+                review: bool = True) -> Classification:
         return Classification(
             cls, tier, rule, ctx.fingerprint, ctx.error_substring,
-            should_file=_fileable(cls), review_queue=cls is FailureClass.UNKNOWN,
+            should_file=_fileable(cls), review_queue=review and cls is FailureClass.UNKNOWN,
             rules_version=self.pack.version, warnings=tuple(ctx.view.warnings),
         )
 

@@ -16,13 +16,15 @@ from .bundle import Bundle, path_text
 from .engine import Engine
 from .errors import LoopError
 from .keys import dedup_key, tier2_fingerprint
+from .pipeline import process_bundle
 from .rules import Rule, RulePack, load_rules
 from .testing import make_bundle
-from .trackers import write_texts_many
+from .trackers import ReviewQueue, Settled, write_texts_many
 from .verdict import FailureClass
 from .view import View
 
-__all__ = ["Change", "DiffReport", "Lint", "diff_packs", "learn", "lint_pack", "review_fingerprint"]
+__all__ = ["Change", "DiffReport", "Lint", "diff_packs", "learn", "lint_pack", "review_fingerprint",
+           "settle_review_entry"]
 
 EXACT_FILE = "exact.yml"
 _CLASSES = [c.value for c in FailureClass]
@@ -82,6 +84,41 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
             _replace_text(path, before)
         raise
     return True
+
+
+def settle_review_entry(queue: ReviewQueue, dedup_hash: str, engine: Engine, fingerprint: str) -> tuple[int, int]:
+    """After ``learn``: take out of the review-queue entry ``dedup_hash`` the
+    occurrences the pack (``engine``, the exact entry included) decides now, and
+    return ``(taken out, left)``.
+
+    An entry groups the unknown failures of one model, dtype, architecture,
+    engine and topology, which may differ in their error; only those the new
+    decision covers leave. Each occurrence's bundle is classified again; one
+    that can no longer be read counts as decided when the entry's own
+    fingerprint is the one learned. An entry that keeps occurrences is described
+    by one of them afresh; one left with none is deleted.
+    """
+    doc = queue.entry(dedup_hash)
+    if doc is None:
+        return 0, 0
+    occurrences = [o for o in doc.get("occurrences") or () if isinstance(o, dict)]
+    if not occurrences:  # an entry without occurrences (written by hand): the decision was about it
+        return int(queue.remove(dedup_hash)), 0
+    settled = Settled()
+    own = doc.get("fingerprint") == fingerprint
+    for occurrence in occurrences:
+        found = occurrence.get("bundle")
+        item = process_bundle(found, engine, queued={dedup_hash}) if isinstance(found, str) and found else None
+        if item is None or item.error is not None or item.verdict is None:
+            decided = own
+        else:
+            decided = not item.verdict.review_queue
+            if not decided and settled.payload is None and item.review is not None:
+                settled.payload = item.review
+        if decided and isinstance(occurrence.get("submission"), str):
+            settled.submissions.add(occurrence["submission"])
+    taken = queue.settle({dedup_hash: settled})
+    return taken, len(occurrences) - taken
 
 
 def _comment_text(note: str) -> str:

@@ -32,11 +32,13 @@ few hundred bytes per anchor, aside).
 
 from __future__ import annotations
 
+import functools
 import pickle
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +67,7 @@ from .trackers import (
     FileAction,
     FileResult,
     ReviewQueue,
+    Settled,
     Tracker,
     checked_results,
     review_payload,
@@ -102,10 +105,14 @@ class Processed:
     review: dict[str, Any] | None = None
     anchor: Bundle | None = None
     counted: bool = False  # a fileable failure the tracker had already counted: not drafted
+    # The review-queue entry (dedup hash) of an occurrence queued as unknown before
+    # that is decided now: the run takes it out of the queue.
+    settles: str | None = None
 
 
 def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None = None, *,
-                   prepare: bool = True, counted: Callable[[str, str], bool] | None = None) -> Processed:
+                   prepare: bool = True, counted: Callable[[str, str], bool] | None = None,
+                   queued: AbstractSet[str] = frozenset()) -> Processed:
     """Read and classify one bundle and prepare what the tracker needs; never raises for bad input.
 
     :param prepare: draft the issue of a fileable failure and the review-queue
@@ -115,6 +122,9 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
         it has already counted an occurrence (:meth:`SqliteTracker.counted
         <loop_core.trackers.SqliteTracker.counted>`): such a failure is not
         drafted (``Processed.counted``), filing it again would change nothing.
+    :param queued: the dedup hashes with an entry in the review queue: a failure
+        decided now (not review-queued) whose ``unknown`` hash is among them was
+        queued as unknown before, and is named in ``Processed.settles``.
     """
     try:
         bundle = read_bundle(path, limits=limits)
@@ -128,8 +138,12 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
     if not is_failure(bundle):
         return Processed(path, verdict=verdict, anchor=anchor)
     occurrence = occurrence_of(bundle) if prepare else None
+    settles = None
+    if queued and prepare and not verdict.review_queue:
+        was = dedup_key(bundle, FailureClass.UNKNOWN.value).digest()
+        settles = was if was in queued else None
     draft = review = None
-    if prepare and verdict.failure_class is FailureClass.UNKNOWN:
+    if prepare and verdict.review_queue:
         key = dedup_key(bundle, FailureClass.UNKNOWN.value)
         review = review_payload(key.digest(), canonical_payload(bundle, key), verdict.error_substring,
                                 bundle.manifest.get("model"), bundle.manifest.get("utc_ts"),
@@ -143,7 +157,8 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
         # "is True": a tracker's other answers (a plugin's "no", say) must not skip the filing.
         if counted is not None and counted(dedup_key(bundle, verdict.failure_class.value).digest(),
                                            occurrence.submission) is True:
-            return Processed(path, verdict=verdict, failure=True, occurrence=occurrence, anchor=anchor, counted=True)
+            return Processed(path, verdict=verdict, failure=True, occurrence=occurrence, anchor=anchor, counted=True,
+                             settles=settles)
         try:
             draft = engine.pm.hook.loop_draft_issue(bundle=bundle, verdict=verdict)
         except BundleError as e:  # a key too long for any issue body
@@ -152,7 +167,7 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
         if plugins:  # the built-in drafter is trusted: nothing to re-check on the usual path
             _check_draft(draft, bundle, verdict, plugins)
     return Processed(path, verdict=verdict, failure=True, draft=draft, occurrence=occurrence,
-                     review=review, anchor=anchor)
+                     review=review, anchor=anchor, settles=settles)
 
 
 def _other_drafters(pm: Any) -> tuple[str, ...]:
@@ -192,7 +207,9 @@ class RunSummary:
     plus_one: int = 0
     already_counted: int = 0
     review_queued: int = 0
+    review_settled: int = 0
     suppressed: int = 0
+    dismissed: int = 0
     spooled: int = 0
     successes: int = 0
     anchors: Counter[str] = field(default_factory=Counter)
@@ -221,7 +238,9 @@ class RunSummary:
             "plus_one": self.plus_one,
             "already_counted": self.already_counted,
             "review_queued": self.review_queued,
+            "review_settled": self.review_settled,
             "suppressed": self.suppressed,
+            "dismissed": self.dismissed,
             "spooled": self.spooled,
             "successes": self.successes,
             "anchors": {stage: self.anchors.get(stage, 0) for stage in ("raw", "candidate", "validated", "tier1")},
@@ -252,18 +271,19 @@ REVIEW_SYNC_LIMIT = 0.0003
 REVIEW_STALL = 0.01
 
 
-def _process(path: str | Path, engine: Engine) -> Processed:
-    return process_bundle(path, engine)
+def _process(path: str | Path, engine: Engine, queued: AbstractSet[str] = frozenset()) -> Processed:
+    return process_bundle(path, engine, queued=queued)
 
 
 def _process_for_dry_run(path: str | Path, engine: Engine) -> Processed:
     return process_bundle(path, engine, prepare=False)
 
 
-def _process_asking(counted: Callable[[str, str], bool]) -> Callable[[str | Path, Engine], Processed]:
+def _process_asking(counted: Callable[[str, str], bool],
+                    queued: AbstractSet[str]) -> Callable[[str | Path, Engine], Processed]:
     """:func:`_process`, asking the tracker first (in this process only: workers have no tracker)."""
     def process(path: str | Path, engine: Engine) -> Processed:
-        return process_bundle(path, engine, counted=counted)
+        return process_bundle(path, engine, counted=counted, queued=queued)
     return process
 
 
@@ -328,14 +348,18 @@ def run_captures(
         listed = list(found)
         total = len(listed)
         found = iter(listed)
-    filer = _Filer(None if dry_run else tracker, summary, batch, ReviewQueue(captures))
+    review = ReviewQueue(captures)
+    # Entries a decision taken since (a new rule, a learned fingerprint) may settle.
+    queued = frozenset() if dry_run else review.hashes()
+    filer = _Filer(None if dry_run else tracker, summary, batch, review, queued)
     index = ConsensusIndex()
     anchors = _Anchors()
     try:
-        process: Callable[[str | Path, Engine], Processed] = _process_for_dry_run if dry_run else _process
+        process: Callable[[str | Path, Engine], Processed] = (
+            _process_for_dry_run if dry_run else functools.partial(_process, queued=queued))
         counted = getattr(tracker, "counted", None) if not dry_run and jobs <= 1 else None
         if counted is not None:
-            process = _process_asking(counted)
+            process = _process_asking(counted, queued)
         for done, item in enumerate(engine_map(process, found, engine, jobs=jobs, rules=rules), 1):
             summary.bundles += 1
             if item.error is not None:
@@ -388,12 +412,16 @@ class _Filer:
     called from the caller's thread (third-party trackers need not be thread-safe).
     """
 
-    def __init__(self, tracker: Tracker | None, summary: RunSummary, batch: int, review: ReviewQueue) -> None:
+    def __init__(self, tracker: Tracker | None, summary: RunSummary, batch: int, review: ReviewQueue,
+                 queued: AbstractSet[str] = frozenset()) -> None:
         self.tracker = tracker
         self.summary = summary
         self.batch = max(1, batch)
         self.many = getattr(tracker, "file_many", None) if self.batch > 1 else None
         self.review = review
+        self.queued = queued  # the queue's entries when the run started
+        self.settled: dict[str, Settled] = {}  # entry -> what this run decided of it
+        self.still_unknown: dict[str, dict[str, Any]] = {}  # entry -> a payload seen unknown this run
         self.pending: list[tuple[IssueDraft, Occurrence]] = []
         self.reviews: list[tuple[dict[str, Any], Occurrence]] = []
         self.review_batch = 1 if self.batch == 1 else self.batch * REVIEW_BATCH_FACTOR
@@ -414,7 +442,13 @@ class _Filer:
         if len(self.pending) >= self.batch:
             self._file_pending()
 
+    def settle(self, dedup_hash: str, occurrence: Occurrence) -> None:
+        """Take ``occurrence``, decided now, out of its review-queue entry at the end of the run."""
+        self.settled.setdefault(dedup_hash, Settled()).submissions.add(occurrence.submission)
+
     def queue_review(self, payload: dict[str, Any], occurrence: Occurrence) -> None:
+        if self.queued and payload["dedup_hash"] in self.queued:
+            self.still_unknown[payload["dedup_hash"]] = payload
         if not self.reviews:
             self.review_since = time.monotonic()
         self.reviews.append((payload, occurrence))
@@ -459,9 +493,15 @@ class _Filer:
             self._count(result)
 
     def finish(self) -> None:
-        """Send what is left and wait until every batch is written (raising the writer's error)."""
+        """Send what is left and wait until every batch is written (raising the writer's
+        error), then settle the review-queue entries the run decided."""
         self.flush()
         self._collect()
+        if self.settled:
+            for dedup_hash, settled in self.settled.items():
+                settled.payload = self.still_unknown.get(dedup_hash)
+            self.summary.review_settled += self.review.settle(self.settled)
+            self.settled = {}
 
     def close(self) -> None:
         """Stop the review writer once its batch in flight is written (never raises)."""
@@ -501,14 +541,23 @@ def _route(item: Processed, summary: RunSummary, filer: _Filer) -> None:
         summary.successes += 1
         return
     summary.by_class[verdict.failure_class.value] += 1
+    dismissed = verdict.failure_class is FailureClass.UNKNOWN and not verdict.review_queue
     if summary.dry_run:  # nothing was drafted (process_bundle(prepare=False)): count what a run would do
         if verdict.failure_class is FailureClass.BENIGN_COLD_START:
             summary.suppressed += 1
+        elif dismissed:
+            summary.dismissed += 1
         elif verdict.should_file:
             summary.would_file += 1
         return
+    if item.settles is not None:
+        assert item.occurrence is not None
+        filer.settle(item.settles, item.occurrence)
     if item.counted:  # the tracker had counted this capture before: nothing to file
         summary.already_counted += 1
+        return
+    if dismissed:  # a maintainer decided it stays unknown (the exact table): not queued again
+        summary.dismissed += 1
         return
     if verdict.failure_class is FailureClass.BENIGN_COLD_START or (item.draft is None and item.review is None):
         summary.suppressed += 1

@@ -47,6 +47,7 @@ class TriageData:
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     deltas: list[dict[str, Any]] = field(default_factory=list)
     review: list[dict[str, Any]] = field(default_factory=list)
+    review_problems: list[str] = field(default_factory=list)  # queue files that could not be read
     funnel: Counter[str] = field(default_factory=Counter)
     successes: int = 0
 
@@ -80,7 +81,7 @@ def collect_triage(captures: Path, engine: Engine, catalog: Catalog | None = Non
             data.deltas.append({"bundle": path.name, "label": label,
                                 "delta": verdict.delta_mib, "actual": inputs.get("gpu_worker_reported_mib"),
                                 "routed": verdict.route_as_kv_calc_bug})
-    data.review = ReviewQueue(captures).items()
+    data.review = ReviewQueue(captures).items(data.review_problems)
     index = ConsensusIndex.of(anchors)
     for anchor in anchors:
         result = trust_of(engine.pm, anchor, catalog=catalog or Catalog(), priors=index, consensus_n=2)
@@ -156,6 +157,8 @@ def render_html(data: TriageData) -> str:
         f'<tr><td class="num">{_count(r.get("occurrences"))}</td><td><code>{_e(r.get("dedup_hash"))}</code></td>'
         f'<td>{_e(r.get("model_slug"))}</td><td><code>{_e(str(r.get("final_error") or r.get("error_substring") or "")[:160])}'
         f'</code></td></tr>' for r in data.review) or '<tr><td colspan="4">the review queue is empty</td></tr>'
+    review_rows += "".join(f'<tr><td colspan="4">skipped: <code>{_e(p)}</code></td></tr>'
+                           for p in data.review_problems)
     unreadable = "".join(f"<li><code>{_e(u)}</code></li>" for u in data.unreadable)
     failures = sum(data.by_class.values())
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -23,10 +23,11 @@ import fcntl
 import functools
 import json
 import os
+import re
 import sqlite3
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ __all__ = [
     "FileAction",
     "FileResult",
     "ReviewQueue",
+    "Settled",
     "SpoolTracker",
     "SqliteTracker",
     "Tracker",
@@ -570,15 +572,36 @@ class ReviewQueue:
         return self._files.append([(f"{payload['dedup_hash']}.json", functools.partial(dict, payload), occurrence)
                                    for payload, occurrence in items])
 
-    def items(self) -> list[dict[str, Any]]:
+    def items(self, problems: list[str] | None = None) -> list[dict[str, Any]]:
+        """Every entry, sorted by file name, each with ``_path`` added.
+
+        :param problems: where a damaged entry is reported (and skipped); without
+            it, such an entry raises.
+        :raises TrackerError: a file that is not a JSON object (``problems`` not given).
+        """
         out = []
         if self.directory.is_dir():
             for path in sorted(self.directory.glob("*.json")):
-                doc = _read_json(path)
+                try:
+                    doc = _read_json(path)
+                except TrackerError as e:
+                    if problems is None:
+                        raise
+                    problems.append(str(e))
+                    continue
                 if doc is not None:
                     doc["_path"] = str(path)
                     out.append(doc)
         return out
+
+    def entry(self, dedup_hash: str) -> dict[str, Any] | None:
+        """The entry of ``dedup_hash``; None when the queue has none.
+
+        :raises TrackerError: its file is not a JSON object.
+        """
+        if not _HASH.fullmatch(dedup_hash):
+            return None
+        return _read_json(self.directory / f"{dedup_hash}.json")
 
     def remove(self, dedup_hash: str) -> bool:
         path = self.directory / f"{dedup_hash}.json"
@@ -588,6 +611,61 @@ class ReviewQueue:
             except FileNotFoundError:
                 return False
         return True
+
+    def hashes(self) -> frozenset[str]:
+        """The dedup hashes with an entry in the queue (from the file names alone)."""
+        return frozenset(name[:-5] for name in _file_names(self.directory)
+                         if name.endswith(".json") and _HASH.fullmatch(name[:-5]))
+
+    def settle(self, decided: Mapping[str, Settled]) -> int:
+        """Take the occurrences a decision now covers out of the queue.
+
+        ``decided`` maps a dedup hash to its :class:`Settled`: the submissions no
+        longer unknown (a rule or the exact table decides them now) and, when one
+        of the entry's other occurrences was seen still unknown, a fresh payload
+        (:func:`review_payload`) to describe the entry with, since the one it was
+        written with may have been among those taken out. An entry left with no
+        occurrence is deleted. Returns how many occurrences were taken out.
+
+        :raises TrackerError: an entry that cannot be read or written; the entries
+            settled before it stay settled.
+        """
+        removed = 0
+        with locked(self.directory):
+            for dedup_hash, settled in decided.items():
+                path = self.directory / f"{dedup_hash}.json"
+                doc = _read_json(path)
+                if doc is None:
+                    continue
+                occurrences = occurrence_list(doc, path)
+                kept = [o for o in occurrences
+                        if not (isinstance(o, dict) and o.get("submission") in settled.submissions)]
+                if len(kept) == len(occurrences):
+                    continue
+                try:
+                    if not kept:
+                        path.unlink()
+                    else:
+                        if settled.payload is not None:
+                            doc.update(settled.payload)
+                        doc["occurrences"] = kept
+                        write_texts_many([(path, dumps_indented(doc, sort_keys=True))])
+                except OSError as e:
+                    raise TrackerError(f"{path}: cannot update the review queue: {e.strerror or e}") from e
+                removed += len(occurrences) - len(kept)
+        return removed
+
+
+@dataclass(slots=True)
+class Settled:
+    """One review-queue entry's occurrences that a decision now covers (see
+    :meth:`ReviewQueue.settle`)."""
+
+    submissions: set[str] = field(default_factory=set)
+    payload: dict[str, Any] | None = None  # describes an occurrence still unknown
+
+
+_HASH = re.compile(r"[0-9a-f]{12}")
 
 
 def review_payload(draft_key_hash: str, canonical: dict[str, Any], error_substring: str,

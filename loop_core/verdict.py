@@ -52,7 +52,10 @@ class Match:
 
     ``failure_class`` may be any string; the engine coerces it into the six.
     ``route_as_kv_calc_bug``, ``delta_mib`` and ``tier1_inputs`` are only
-    honoured from Tier-1 matchers.
+    honoured from Tier-1 matchers. ``review`` only from Tier-2 ones: whether
+    an ``unknown`` goes to the review queue. None (the default) queues it, as
+    every Tier-2 ``unknown`` is (CONTRACTS §3.7); False says a maintainer has
+    already looked and decided it stays ``unknown`` (the exact table does).
     """
 
     failure_class: Any
@@ -60,6 +63,7 @@ class Match:
     route_as_kv_calc_bug: bool = False
     delta_mib: int | None = None
     tier1_inputs: dict[str, Any] | None = None
+    review: bool | None = None
 
 
 @pickled_by_fields

@@ -14,7 +14,8 @@ from loop_core import Match, MatchContext, Matcher, Tier, Trace, hookimpl
 
 def _exact(ctx: MatchContext) -> Match | None:
     cls = ctx.pack.exact.get(ctx.fingerprint)
-    return None if cls is None else Match(cls, ctx.fingerprint)
+    # A maintainer's decision: an `unknown` here has been reviewed, and is not queued again.
+    return None if cls is None else Match(cls, ctx.fingerprint, review=False)
 
 
 def _explain_exact(ctx: MatchContext) -> list[Trace]:

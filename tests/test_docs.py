@@ -172,6 +172,18 @@ def test_every_classify_field_is_documented(tmp_path: Path) -> None:
     assert re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE) == list(readable)
 
 
+def test_every_run_summary_key_is_documented_in_order() -> None:
+    from loop_core.pipeline import RunSummary
+
+    text = CLI_MD.read_text(encoding="utf-8")
+    section = text[text.index("### The JSON summary"):]
+    table = section[:section.index("\n\n", section.index("| Key | Value |"))]
+    assert re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE) == list(RunSummary().to_dict())
+    example = section[section.index("$ loop-rules run pull-captures --format json\n"):]
+    example = example[example.index("{"):example.index("\n```")]
+    assert list(json.loads(example)) == list(RunSummary().to_dict())
+
+
 # -- hooks: documented and tested -------------------------------------------
 
 

@@ -83,6 +83,90 @@ def test_learn_from_the_review_queue(pack: Path, tmp_path: Path, pm: pluggy.Plug
     assert Engine.build(pack, pm).classify(make_bundle(NOVEL)).failure_class.value == "overlay-arch-drift"
 
 
+def test_a_failure_learned_as_unknown_stays_out_of_the_review_queue(pack: Path, tmp_path: Path) -> None:
+    """Deciding "unknown" is the maintainer's answer: the next run used to queue the
+    failure again, so the decision could never clear it."""
+    captures = tmp_path / "captures"
+    write_bundle(captures / "m" / "20260801T000000Z", make_bundle(NOVEL))
+    invoke("run", str(captures), "--rules", str(pack))
+    (entry,) = json.loads(invoke("review", "list", str(captures), "--format", "json").output)
+    learned = invoke("learn", "--review", entry["dedup_hash"], "--captures", str(captures),
+                     "--as", "unknown", "--rules", str(pack))
+    assert learned.exit_code == 0, learned.output
+    summary = json.loads(invoke("run", str(captures), "--rules", str(pack), "--format", "json").output)
+    assert summary["review_queued"] == 0 and summary["by_class"] == {"unknown": 1}
+    assert json.loads(invoke("review", "list", str(captures), "--format", "json").output) == []
+    row = json.loads(invoke("classify", str(captures), "--rules", str(pack), "--format", "jsonl").output)
+    assert (row["failure_class"], row["matched_rule"], row["review_queue"]) == (
+        "unknown", entry["fingerprint"], False)
+
+
+OTHER = "OSError: [Errno 28] No space left on device"
+NOVEL_RULE = """\
+rules:
+  - id: frobnicator-kernel
+    class: kernel-unsupported
+    description: the frobnicator needs a kernel this GPU lacks
+    when: {select: $.signal.all_text, contains: frobnicator}
+    examples: {match: [frobnicator refused], no_match: [other]}
+"""
+
+
+def _two_errors_one_entry(captures: Path) -> None:
+    """Two unknown failures of one model and set-up: one dedup hash, one queue entry."""
+    for ts, text in (("20260801T000000Z", NOVEL), ("20260802T000000Z", OTHER)):
+        write_bundle(captures / "m" / ts, make_bundle({"manifest": {"utc_ts": ts},
+                                                       "pt3": {"failure_log_excerpt": text}}))
+
+
+def _queue(captures: Path) -> list[dict]:  # type: ignore[type-arg]
+    return json.loads(invoke("review", "list", str(captures), "--format", "json").output)
+
+
+def test_a_run_takes_out_of_the_queue_what_a_new_rule_now_decides(pack: Path, tmp_path: Path) -> None:
+    """The docs promised a rule empties the queue too; the entry used to wait forever."""
+    captures = tmp_path / "captures"
+    _two_errors_one_entry(captures)
+    invoke("run", str(captures), "--rules", str(pack))
+    (entry,) = _queue(captures)
+    assert len(entry["occurrences"]) == 2 and "frobnicator" in entry["error_substring"]
+    (pack / "05-frobnicator.yml").write_text(NOVEL_RULE)
+    summary = json.loads(invoke("run", str(captures), "--rules", str(pack), "--format", "json").output)
+    assert (summary["filed_new"], summary["review_settled"], summary["already_counted"]) == (1, 1, 1)
+    (left,) = _queue(captures)
+    assert [o["utc_ts"] for o in left["occurrences"]] == ["20260802T000000Z"]
+    assert "no space left" in left["error_substring"] and "No space left" in left["final_error"]
+    (pack / "06-disk.yml").write_text(
+        "rules:\n  - id: disk-full\n    class: unknown\n    description: the host disk is full\n"
+        "    when: {select: $.signal.all_text, contains: no space left}\n"
+        "    examples: {match: [no space left on device], no_match: [other]}\n")
+    assert json.loads(invoke("run", str(captures), "--rules", str(pack), "--format", "json").output)[
+        "review_settled"] == 0  # a rule deciding "unknown" keeps it queued, as the reference does
+    (pack / "06-disk.yml").unlink()
+    learned = invoke("learn", "--review", left["dedup_hash"], "--captures", str(captures), "--as", "unknown",
+                     "--rules", str(pack))
+    assert "removed from the review queue" in learned.output and _queue(captures) == []
+
+
+def test_learn_from_an_entry_with_two_errors_takes_out_only_the_one_decided(pack: Path, tmp_path: Path) -> None:
+    """learn --review used to delete the whole entry: the other error, which nobody
+    had decided, left the queue with it."""
+    captures = tmp_path / "captures"
+    _two_errors_one_entry(captures)
+    invoke("run", str(captures), "--rules", str(pack))
+    (entry,) = _queue(captures)
+    result = invoke("learn", "--review", entry["dedup_hash"], "--captures", str(captures),
+                    "--as", "kernel-unsupported", "--rules", str(pack))
+    assert result.exit_code == 0, result.output
+    assert f"1 occurrence(s) taken out of review-queue entry {entry['dedup_hash']}, 1 with another error" \
+        in result.output
+    (left,) = _queue(captures)
+    assert [o["utc_ts"] for o in left["occurrences"]] == ["20260802T000000Z"]
+    assert "No space left" in left["final_error"] and left["fingerprint"] != entry["fingerprint"]
+    summary = json.loads(invoke("run", str(captures), "--rules", str(pack), "--format", "json").output)
+    assert (summary["filed_new"], summary["review_queued"], summary["already_counted"]) == (1, 0, 1)
+
+
 SHADOW_RULE = """\
 - id: trial-frobnicator
   class: overlay-arch-drift
