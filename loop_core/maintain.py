@@ -70,7 +70,7 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
     before = path.read_text(encoding="utf-8") if path.exists() else None
     stamp = time.strftime("%Y-%m-%d", time.gmtime())
     origin = f" from {_comment_text(note)}" if note.strip() else ""
-    entry = f"  '{fingerprint}': {failure_class}  # learned {stamp}{origin}\n"
+    entry = f"'{fingerprint}': {failure_class}  # learned {stamp}{origin}\n"
     _replace_text(path, _with_entry(before, entry))
     try:
         learned = load_rules(pack_dir, kinds).exact.get(fingerprint)
@@ -145,12 +145,13 @@ def _replace_text(path: Path, text: str) -> None:
         raise LoopError(f"{path}: could not write: {e.strerror or e}; the file is as it was") from e
 
 
-_EXACT_LINE = re.compile(r"(?m)^exact:[ \t]*(?:(?:null|~|\{\s*\})[ \t]*)?(?:#.*)?$")
+_EXACT_LINE = re.compile(r"(?m)^(?P<bom>\ufeff?)exact:[ \t]*(?:(?:null|~|\{\s*\})[ \t]*)?(?P<comment>#.*)?$")
 
 
 def _with_entry(text: str | None, entry: str) -> str:
-    """``exact.yml`` (or a new one, for None) with ``entry`` as the last line of its
-    ``exact:`` table, everything else as it was (comments, other keys)."""
+    """``exact.yml`` (or a new one, for None) with ``entry`` (one unindented line) as
+    the last line of its ``exact:`` table, indented as the table's other lines are,
+    everything else as it was (comments, other keys)."""
     if text is None:
         text = ("# Maintainer decisions: Tier-2 fingerprint -> class, written by `loop-rules learn`.\n"
                 "# Keys are quoted so YAML reads them as text.\n")
@@ -158,16 +159,20 @@ def _with_entry(text: str | None, entry: str) -> str:
         text += "\n"
     found = _EXACT_LINE.search(text)
     if found is None:
-        return text + "exact:\n" + entry
+        return text + "exact:\n  " + entry
     lines = text[found.end() + 1:].splitlines(keepends=True)
-    head = text[:found.start()] + "exact:\n"
+    comment = f"  {found['comment']}" if found["comment"] else ""
+    head = f"{text[:found.start()]}{found['bom']}exact:{comment}\n"
     end = 0  # the table's lines: indented ones, with the blank and comment lines among them
+    indent = "  "
     for i, line in enumerate(lines):
         if line[:1] in (" ", "\t") and line.strip() and not line.lstrip().startswith("#"):
+            if not end:
+                indent = line[:len(line) - len(line.lstrip())]
             end = i + 1
         elif line.strip() and not line.lstrip().startswith("#"):
             break
-    return head + "".join(lines[:end]) + entry + "".join(lines[end:])
+    return head + "".join(lines[:end]) + indent + entry + "".join(lines[end:])
 
 
 # -- diff -------------------------------------------------------------------
