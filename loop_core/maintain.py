@@ -17,7 +17,7 @@ from .engine import Engine
 from .errors import LoopError
 from .keys import dedup_key, tier2_fingerprint
 from .pipeline import process_bundle
-from .rules import Rule, RulePack, load_rules
+from .rules import Rule, RulePack, load_rules, load_yaml_text
 from .testing import make_bundle
 from .trackers import ReviewQueue, Settled, write_texts_many
 from .verdict import FailureClass
@@ -307,6 +307,15 @@ def _slow_regexes(rule: Rule) -> list[str]:
     return out
 
 
+def _has_exact_entries(text: str, label: str) -> bool:
+    """Whether a rule file (one the pack loaded) has a non-empty ``exact`` table."""
+    try:
+        doc = load_yaml_text(text, label)
+    except LoopError:
+        return False
+    return isinstance(doc, dict) and bool(doc.get("exact"))
+
+
 def lint_pack(engine: Engine) -> list[Lint]:
     """Problems a pack loads fine with but a maintainer wants to hear about.
 
@@ -345,7 +354,7 @@ def lint_pack(engine: Engine) -> list[Lint]:
         if name == "pack.yml" or name == EXACT_FILE:
             continue
         ids = by_file.get(label, [])
-        has_exact = re.search(r"(?m)^exact:\s*$", text) is not None
+        has_exact = _has_exact_entries(text, label)
         if not ids and not has_exact:
             out.append(Lint("warning", f"{label}: contributes nothing (no rules, no exact entries)"))
         elif ids and all(i in dead for i in ids) and not has_exact:

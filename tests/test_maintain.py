@@ -219,12 +219,16 @@ def test_lint_finds_shadowed_rules_and_idle_files(tmp_path: Path) -> None:
         "- id: narrow\n  class: quant-unsupported\n  description: d\n"
         "  when: {select: $.signal.all_text, contains: QuantError}\n  examples: {match: [QuantError]}\n")
     (pack / "30-empty.yml").write_text("rules: []\n")
+    (pack / "40-pins.yml").write_text("exact:  # pinned by hand\n  'aaaaaaaaaaaa': unknown\n")
+    (pack / "50-no-pins.yml").write_text("exact:\n")
     result = invoke("check", "--rules", str(pack))
     assert result.exit_code == 0  # warnings only
     out = result.output
     assert "p/20-narrow.yml[0] narrow: shadowed, can never win: every match example is decided earlier by broad" in out
     assert "narrow: no no_match examples" in out
     assert "p/30-empty.yml: contributes nothing (no rules, no exact entries)" in out
+    assert "p/50-no-pins.yml: contributes nothing (no rules, no exact entries)" in out
+    assert "40-pins.yml" not in out  # a comment on its exact: line hid its entry
     assert "p/20-narrow.yml: contributes nothing: all of its rules are shadowed" in out
     assert invoke("check", "--strict", "--rules", str(pack)).exit_code == 1
 
