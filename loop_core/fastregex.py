@@ -317,11 +317,14 @@ def split_alternatives(pattern: str, flags: int = 0) -> list[str] | None:
     """The top-level alternatives of ``pattern``, or None when there are fewer than
     two or splitting could change what a piece means: back-references and
     conditionals (group numbers shift), verbose mode (``|`` in comments),
-    ``(?|...)`` branch resets, scoped flag changes. A leading global flag group
-    such as ``(?i)`` stays on the first piece; compile every piece with the
-    whole pattern's ``flags``, which hold it.
+    ``(?|...)`` branch resets, scoped flag changes, POSIX classes (the ``]`` of
+    ``[[:digit:]|x]`` does not end the set, as :func:`_outside_classes` would
+    take it to) and version-1 sets. A leading global flag group such as ``(?i)``
+    stays on the first piece; compile every piece with the whole pattern's
+    ``flags``, which hold it.
     """
-    if flags & regex.VERBOSE or _NOT_SPLIT.search(pattern):
+    if (flags & (regex.VERBOSE | regex.VERSION1) or _NOT_SPLIT.search(pattern)
+            or ("[:" in pattern and _POSIX_CLASS.search(pattern))):
         return None
     pieces, depth, start = [], 0, 0
     for i, ch in _outside_classes(pattern):

@@ -191,12 +191,28 @@ def test_signature_back_references_by_number_are_reported(tmp_path: Path, pm: pl
     ("no[[:space:]]kernel image", "no kernel image"),
     ("x[[:digit:]]yz", "x5yz"),
     ("err[[:^alpha:]]code", "err-code"),
+    ("boom [[:digit:]|x]", "INFO x\nboom 7\n"),  # a | inside the set, after the class's ]
 ])
 def test_posix_classes_are_never_prefiltered_away(pattern: str, text: str) -> None:
     import regex
 
     assert GuardedRegex(regex.compile(pattern)).search(text) is not None
     assert regex.search(pattern, text) is not None
+
+
+@pytest.mark.parametrize("cache", ["on", "off"])
+def test_a_bar_inside_a_set_after_a_posix_class_is_not_an_alternative(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache: str) -> None:
+    """The set was cut at that bar: with the pack cache the pack was refused
+    ("unterminated character set"), without it the rule never matched."""
+    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("LOOP_RULES_CACHE", cache)
+    pack = tmp_path / "p"
+    shutil.copytree(ROOT / "rules.d", pack)
+    (pack / "05-posix.yml").write_text(rule("boom-digit", "{select: $.signal.all_text, regex: "
+                                            "'boom [[:digit:]|x]'}", examples="{match: ['boom 7']}"))
+    verdict = Engine.build(pack).classify(make_bundle("INFO x\nboom 7\n"))
+    assert (verdict.matched_rule, verdict.warnings) == ("boom-digit", ())
 
 
 def test_a_posix_class_rule_decides_from_check_to_classify(tmp_path: Path) -> None:
