@@ -36,6 +36,7 @@ __all__ = ["Case", "Report", "case_bundle", "evaluate", "load_cases"]
 
 CLASSES = [c.value for c in FailureClass]
 CASE_KEYS = {"id", "engine", "source", "label", "hard", "split", "rationale", "excerpt"}
+CASE_SPLITS = ("tune", "frozen", "holdout")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,18 +60,29 @@ def load_cases(root: str | Path, split: str = "all") -> list[Case]:
     import yaml
 
     cases = []
+    seen: dict[str, Path] = {}
     for path in sorted(Path(root).rglob("*.yml")):
         try:
             doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError) as e:
             raise LoopError(f"{path}: unreadable case: {e}") from e
-        if not isinstance(doc, dict) or not CASE_KEYS <= set(doc):
-            continue  # not a case file (e.g. a README or pack settings)
+        if not isinstance(doc, dict) or not doc.keys() & {"label", "excerpt"}:
+            continue  # not a case file (pack settings, say)
+        missing = sorted(CASE_KEYS - set(doc))
+        if missing:
+            raise LoopError(f"{path}: a case needs {', '.join(missing)} too")
         if doc["label"] not in CLASSES:
             raise LoopError(f"{path}: label {doc['label']!r} is not one of the six classes")
-        case = Case(str(doc["id"]), doc["label"], str(doc["excerpt"]), bool(doc["hard"]), str(doc["split"]),
+        if not isinstance(doc["hard"], bool):
+            raise LoopError(f"{path}: hard must be true or false, got {doc['hard']!r}")
+        if doc["split"] not in CASE_SPLITS:
+            raise LoopError(f"{path}: split {doc['split']!r} is not one of {', '.join(CASE_SPLITS)}")
+        case = Case(str(doc["id"]), doc["label"], str(doc["excerpt"]), doc["hard"], doc["split"],
                     str(doc.get("engine", "")), str(doc.get("source", "")), str(doc.get("rationale", "")),
                     doc.get("actual") if isinstance(doc.get("actual"), dict) else None)
+        if case.id in seen:
+            raise LoopError(f"{path}: case id {case.id!r} is used by {seen[case.id]} too")
+        seen[case.id] = path
         if split in ("all", case.split):
             cases.append(case)
     return sorted(cases, key=lambda c: c.id)

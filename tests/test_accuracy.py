@@ -92,3 +92,30 @@ def test_reference_pack_is_measured_too(reports: dict[tuple[str, str], Report]) 
         assert report.total == reports[("default", split)].total > 0
         assert 0.0 <= report.macro_f1 <= 1.0
         assert report.hard_total == reports[("default", split)].hard_total
+
+
+CASE = ("id: {id}\nengine: vllm\nsource: https://example.invalid/1\nlabel: genuine-oom\nhard: false\n"
+        "split: tune\nrationale: r\nexcerpt: 'torch.OutOfMemoryError: CUDA out of memory'\n")
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda t: t.replace("label:", "lable:"), r"a case needs label too"),
+    (lambda t: t.replace("hard: false", "hard: 'false'"), r"hard must be true or false, got 'false'"),
+    (lambda t: t.replace("split: tune", "split: Tune"), r"split 'Tune' is not one of tune, frozen, holdout"),
+    (lambda t: t.replace("id: b", "id: a"), r"case id 'a' is used by .*a\.yml too"),
+])
+def test_a_mislabelled_case_is_named_not_skipped_or_miscounted(tmp_path: Path, edit, problem: str) -> None:  # type: ignore[no-untyped-def]
+    """A mistyped key used to drop the case silently, a quoted 'false' made it hard,
+    an unknown split left it out of every split but 'all'."""
+    from loop_core import LoopError
+
+    (tmp_path / "a.yml").write_text(CASE.format(id="a"))
+    (tmp_path / "b.yml").write_text(edit(CASE.format(id="b")))
+    with pytest.raises(LoopError, match=problem):
+        load_cases(tmp_path)
+
+
+def test_yaml_files_that_are_not_cases_are_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "a.yml").write_text(CASE.format(id="a"))
+    (tmp_path / "pack.yml").write_text("name: p\ndescription: not a case\n")
+    assert [c.id for c in load_cases(tmp_path)] == ["a"]
