@@ -71,6 +71,7 @@ def format_option(*choices: str) -> Callable[[F], F]:
     return deco
 
 
+SYSTEM_ERROR = 74  # sysexits' EX_IOERR: a read or write the system refused
 INTERRUPTED = 130  # the shell's status for a command stopped by Ctrl-C (128 + SIGINT)
 TERMINATED = 143  # and by SIGTERM (128 + 15)
 
@@ -1039,6 +1040,21 @@ def plugins() -> None:
     click.echo(json.dumps(report, indent=2))
 
 
+def _quiet_stdout() -> None:
+    """Flush stdout; when that fails too (the output it writes to is full or gone),
+    point it at the null device, so the interpreter's own flush at exit does not
+    print a second error."""
+    try:
+        sys.stdout.flush()
+    except OSError:
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, sys.stdout.fileno())
+            os.close(null)
+        except (OSError, ValueError):  # no file descriptor behind stdout
+            pass
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``loop-rules`` console script.
 
@@ -1066,6 +1082,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except KeyboardInterrupt as e:  # before click took over
         _stopped(e)
+    except OSError as e:  # the system's refusal (a full disk, a closed output), not a bug
+        if os.environ.get("LOOP_RULES_DEBUG"):
+            raise
+        from .bundle import path_text
+
+        _quiet_stdout()
+        where = f": {_shown(path_text(e.filename))}" if e.filename else ""
+        click.echo(f"loop-rules: system error: {e.strerror or e}{where}", err=True)
+        sys.exit(SYSTEM_ERROR)
     except Exception as e:  # noqa: BLE001 - the last line of defence
         if os.environ.get("LOOP_RULES_DEBUG"):
             raise

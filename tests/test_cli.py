@@ -242,6 +242,19 @@ def test_a_signal_while_the_command_line_is_parsed_is_one_line_too(  # type: ign
     assert err.strip() == line and "Aborted" not in err
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_a_full_output_is_one_line_and_status_74(fmt: str) -> None:
+    """It used to end as an internal error (status 70, the one for bugs)."""
+    root = Path(__file__).resolve().parent.parent
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "loop_core", "classify", "--format", fmt,
+                                 "examples/pull-captures"], cwd=root, stdout=full, stderr=subprocess.PIPE,
+                                text=True, check=False)
+    assert result.returncode == 74
+    assert result.stderr == "loop-rules: system error: No space left on device\n"
+
+
 def test_jobs_auto_is_one_per_usable_cpu_and_a_bad_count_is_named(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import loop_core.cli as cli_module
     from loop_core.testing import make_bundle, write_bundle
