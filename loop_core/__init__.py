@@ -55,9 +55,13 @@ _LAZY = {
     "PackInfo": "packs",
     "PluginError": "errors",
     "ReadLimits": "bundle",
+    "ReviewQueue": "trackers",
     "Rule": "rules",
     "RuleError": "errors",
     "RulePack": "rules",
+    "RunSummary": "pipeline",
+    "SpoolTracker": "trackers",
+    "SqliteTracker": "trackers",
     "Stage": "trust",
     "Tier": "verdict",
     "Trace": "conditions",
@@ -79,6 +83,7 @@ _LAZY = {
     "load_rules": "rules",
     "make_plugin_manager": "plugins",
     "read_bundle": "bundle",
+    "run_captures": "pipeline",
     "submission_fingerprint": "keys",
     "tier2_fingerprint": "keys",
 }
@@ -93,9 +98,11 @@ if TYPE_CHECKING:
     from .hookspecs import hookimpl
     from .keys import ConsensusKey, DedupKey, consensus_key, dedup_key, dedup_labels, error_substring, kv_calc_version, submission_fingerprint, tier2_fingerprint
     from .packs import PackInfo
+    from .pipeline import RunSummary, run_captures
     from .plugins import make_plugin_manager
     from .rules import Rule, RulePack, load_rules
-    from .trackers import FileAction, FileResult, Tracker, TrackerOptions, TrackerSpec
+    from .trackers import (FileAction, FileResult, ReviewQueue, SpoolTracker, SqliteTracker, Tracker,
+                           TrackerOptions, TrackerSpec)
     from .trust import ConsensusIndex, Stage, TrustResult, evaluate_trust
     from .verdict import Classification, FailureClass, Match, Tier
     from .view import View
@@ -140,9 +147,13 @@ __all__ = [
     "PackInfo",
     "PluginError",
     "ReadLimits",
+    "ReviewQueue",
     "Rule",
     "RuleError",
     "RulePack",
+    "RunSummary",
+    "SpoolTracker",
+    "SqliteTracker",
     "Stage",
     "Tier",
     "Trace",
@@ -165,6 +176,7 @@ __all__ = [
     "load_rules",
     "make_plugin_manager",
     "read_bundle",
+    "run_captures",
     "submission_fingerprint",
     "tier2_fingerprint",
 ]

@@ -63,6 +63,12 @@ def _blocks(pattern: re.Pattern[str]) -> list[Any]:
     return out
 
 
+# <!-- script --> directly before a ```python block, and the ```text block right after
+# it: a script run in a folder holding copies of the example captures and catalog,
+# and exactly what it prints.
+_SCRIPT = re.compile(
+    r"<!--\s*script\s*-->\n```python\n(?P<body>.*?)^```\n\n```text\n(?P<out>.*?)^```", re.S | re.M)
+
 RULE_BLOCKS = _blocks(_RULE_FILE)
 PLUGIN_BLOCKS = _blocks(_PLUGIN)
 PLUGIN_SOURCES = {p.values[0]["name"]: p.values[0]["body"] for p in PLUGIN_BLOCKS}
@@ -97,6 +103,25 @@ def doc_plugins(pm: pluggy.PluginManager) -> Iterator[Any]:
 # -- examples in the docs run ----------------------------------------------
 
 
+@pytest.mark.parametrize("block", _blocks(_SCRIPT))
+def test_python_example_prints_what_the_docs_show(block: re.Match[str], tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(ROOT / "examples" / "pull-captures", tmp_path / "pull-captures",
+                    ignore=shutil.ignore_patterns("_*"))
+    shutil.copy(ROOT / "examples" / "catalog.yml", tmp_path / "catalog.yml")
+    result = subprocess.run([sys.executable, "-c", block["body"]], cwd=tmp_path, capture_output=True,
+                            text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == block["out"]
+
+
+def test_the_python_api_page_has_examples() -> None:
+    assert len(_blocks(_SCRIPT)) >= 2
+
+
 def test_docs_have_rule_examples() -> None:
     assert sum(p.id.startswith("rules.md") for p in RULE_BLOCKS) >= 10
     assert sum(p.id.startswith("plugins.md") for p in PLUGIN_BLOCKS) >= 3
@@ -107,6 +132,7 @@ def test_every_marker_is_followed_by_its_block(doc: str) -> None:
     text = (DOCS / doc).read_text(encoding="utf-8")
     assert len(_RULE_FILE.findall(text)) == text.count("<!-- rule-file")
     assert len(_PLUGIN.findall(text)) == text.count("<!-- plugin:")
+    assert len(_SCRIPT.findall(text)) == text.count("<!-- script")
 
 
 @pytest.mark.parametrize("block", RULE_BLOCKS)
