@@ -120,6 +120,12 @@ def _message(line: str) -> str:
     return line[m.end():] if m else line
 
 
+# An exception that says the cause is elsewhere: vLLM V1's "Engine core initialization
+# failed. See root cause above.", "... See stack trace for root cause."
+_POINTS_ELSEWHERE = re.compile(r"(?i)\bsee (?:the )?(?:root cause|(?:full )?stack ?trace|traceback|"
+                               r"(?:(?:logs?|errors?|output) )?above)\b")
+
+
 def _error_kind(line: str) -> int:
     """2 when ``line`` names an exception (or ``Killed``), 1 when its message starts
     with an error tag (``[BUG] ...``, ``Error: ...``, ``ERROR target: ...``), else 0.
@@ -164,11 +170,14 @@ def _final_error(bundle: Bundle) -> str:
     """The final error line of the error text.
 
     The last line naming an exception wins; a launcher's wrap-up after it
-    ("ERROR launcher: Method Warmup encountered an error") says less. Without
-    one, the last error-tag line; without that, the last non-blank line.
+    ("ERROR launcher: Method Warmup encountered an error") says less, and so
+    does an exception that only points at the real one ("RuntimeError: Engine
+    core initialization failed. See root cause above."), which counts only
+    when no exception line comes before it. Without one, the last error-tag
+    line; without that, the last non-blank line.
     """
     text = error_source(bundle)[1]
-    tagged = last = None
+    tagged = last = wrapper = None
     for raw in reversed_lines(text):
         line = raw.strip()
         if not line:
@@ -177,10 +186,13 @@ def _final_error(bundle: Bundle) -> str:
             last = line
         kind = _error_kind(line)
         if kind == 2:
-            return line
+            if not _POINTS_ELSEWHERE.search(line):
+                return line
+            if wrapper is None:
+                wrapper = line
         if kind == 1 and tagged is None:
             tagged = line
-    return tagged if tagged is not None else last or ""
+    return wrapper or tagged or last or ""
 
 
 def _boot_ok(bundle: Bundle) -> bool | None:
@@ -203,8 +215,9 @@ SIGNALS: dict[str, tuple[Callable[[Bundle], Any], str]] = {
                          "error_text whitespace-collapsed and lower-cased, never cut"),
     "all_text": (_all_text, "every failure text: download, boot failure, log excerpt, red smoke details, pt5 summary"),
     "final_error": (_final_error, "the last line of error_text naming an exception (bare Traceback "
-                                  "headers skipped), else its last error-tag line ([BUG] ..., "
-                                  "Error: ...), else its last non-blank line"),
+                                  "headers and 'see root cause above' wrappers skipped), else its last "
+                                  "error-tag line ([BUG] ..., Error: ...), else its last non-blank line; "
+                                  "whole, log decorations included"),
     "boot_ok": (_boot_ok, "pt3.ok as a boolean (null for gate-only bundles)"),
     "download_ok": (_download_ok, "pt2.ok as a boolean (null for gate-only bundles)"),
     "red_caps": (lambda b: _caps_with(b, "red"), "capabilities whose smoke verdict is red, sorted"),

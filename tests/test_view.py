@@ -151,3 +151,22 @@ def test_the_shortcuts_of_error_kind_change_no_answer(line: str) -> None:
     from loop_core.view import _error_kind
 
     assert _error_kind(line) == _kind_without_shortcuts(line)
+
+
+VLLM_V1_TAIL = """\
+(EngineCore_0 pid=211) ERROR 11-26 10:11:12 [core.py:708] EngineCore failed to start.
+(EngineCore_0 pid=211) ERROR 11-26 10:11:12 [core.py:708] Traceback (most recent call last):
+(EngineCore_0 pid=211) ERROR 11-26 10:11:12 [core.py:708] ValueError: Unknown quantization method: awq_v9
+(APIServer pid=1) Traceback (most recent call last):
+(APIServer pid=1)   File "/usr/local/bin/vllm", line 10, in <module>
+(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
+"""
+
+
+def test_an_exception_that_points_at_the_root_cause_gives_way_to_it() -> None:
+    """vLLM V1 ends every failed start with this wrapper: as the final error it hid the
+    real one from rules anchored on final_error and from the review queue."""
+    assert final_error(VLLM_V1_TAIL) == (
+        "(EngineCore_0 pid=211) ERROR 11-26 10:11:12 [core.py:708] ValueError: Unknown quantization method: awq_v9")
+    wrapper_only = "INFO starting\nException: WorkerProc initialization failed. See stack trace for root cause.\n"
+    assert final_error(wrapper_only) == "Exception: WorkerProc initialization failed. See stack trace for root cause."
