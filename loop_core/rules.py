@@ -544,57 +544,74 @@ def _load_rule(raw: Any, source: RuleSource, kinds: Mapping[str, ConditionKind],
     if mode not in MODES:
         problems.add(f"{where}: mode must be active or shadow, got {mode!r}")
         ok = False
+    # Every key present is checked even when others are missing: check reports it all at once.
     missing = sorted(RULE_KEYS - set(raw))
     if missing:
         problems.add(f"{where}: missing {', '.join(missing)}")
-        return None
-    if not isinstance(rule_id, str) or not _ID.match(rule_id):
-        problems.add(f"{where}: id must be letters, digits, '.', '_', ':' or '-', got {rule_id!r}")
         ok = False
-    if not isinstance(raw["class"], str) or raw["class"] not in _CLASSES:
+    if "id" in raw and (not isinstance(rule_id, str) or not _ID.match(rule_id)):
+        problems.add(f"{where}: id must be a letter or digit, then up to 127 letters, digits, '.', '_', ':' "
+                     f"or '-', got {rule_id!r}")
+        ok = False
+    if "class" in raw and (not isinstance(raw["class"], str) or raw["class"] not in _CLASSES):
         problems.add(f"{where}: unknown class {raw['class']!r} (classes: {', '.join(c.value for c in FailureClass)})")
         ok = False
-    if not isinstance(raw["description"], str) or not raw["description"].strip():
+    if "description" in raw and (not isinstance(raw["description"], str) or not raw["description"].strip()):
         problems.add(f"{where}: description must be non-empty text")
         ok = False
-    try:
-        when = compile_condition(raw["when"], kinds, timeout=settings.regex_timeout, regexes=regexes.make)
-    except ValueError as e:
-        for message in getattr(e, "messages", (str(e),)):  # ConditionErrors: every item's problem
-            problems.add(f"{where}: {message}")
-        ok = False
-    examples = _load_examples(raw["examples"], where, problems)
-    if examples is None or not ok or not isinstance(rule_id, str):
+    when = None
+    if "when" in raw:
+        try:
+            when = compile_condition(raw["when"], kinds, timeout=settings.regex_timeout, regexes=regexes.make)
+        except ValueError as e:
+            for message in getattr(e, "messages", (str(e),)):  # ConditionErrors: every item's problem
+                problems.add(f"{where}: {message}")
+            ok = False
+    examples = _load_examples(raw["examples"], where, problems) if "examples" in raw else None
+    if examples is None or when is None or not ok or not isinstance(rule_id, str):
         return None
     return Rule(rule_id, FailureClass(raw["class"]), raw["description"].strip(), when,
                 examples[0], examples[1], source, mode)
 
 
 def _load_examples(raw: Any, where: str, problems: _Problems) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
-    if not isinstance(raw, dict) or set(raw) - {"match", "no_match"}:
-        problems.add(f"{where}: examples must be a mapping with match and no_match lists")
+    """The ``match`` and ``no_match`` cases, or None after reporting every problem."""
+    if not isinstance(raw, dict):
+        problems.add(f"{where}: examples must be a mapping with match and no_match lists, "
+                     f"got {type(raw).__name__}")
         return None
+    ok = True
+    extra = sorted(map(str, set(raw) - {"match", "no_match"}))
+    if extra:
+        problems.add(f"{where}: examples: unknown keys {extra} (expected match, no_match)")
+        ok = False
     out = []
     for key in ("match", "no_match"):
         items = raw.get(key) or []
         if not isinstance(items, list):
             problems.add(f"{where}: examples.{key} must be a list")
-            return None
+            ok = False
+            items = []
         for i, item in enumerate(items):
             if isinstance(item, str):
                 continue
-            if not isinstance(item, dict) or set(item) - EXAMPLE_FILES:
-                problems.add(
-                    f"{where}: examples.{key}[{i}] must be log text or a mapping of "
-                    f"{', '.join(sorted(EXAMPLE_FILES))}")
-                return None
-            odd = sorted(name for name, doc in item.items() if not isinstance(doc, dict))
+            if not isinstance(item, dict):
+                problems.add(f"{where}: examples.{key}[{i}] must be log text or a mapping of "
+                             f"{', '.join(sorted(EXAMPLE_FILES))}, got {type(item).__name__}")
+                ok = False
+                continue
+            unknown = sorted(map(str, set(item) - EXAMPLE_FILES))
+            if unknown:
+                problems.add(f"{where}: examples.{key}[{i}]: unknown files {unknown} "
+                             f"(expected {', '.join(sorted(EXAMPLE_FILES))})")
+                ok = False
+            odd = sorted(name for name, doc in item.items() if name in EXAMPLE_FILES and not isinstance(doc, dict))
             if odd:
                 problems.add(f"{where}: examples.{key}[{i}]: {', '.join(odd)} must be a mapping of fields "
                              "(merged over the example bundle's file)")
-                return None
+                ok = False
         out.append(tuple(items))
-    if not out[0]:
+    if ok and not out[0]:
         problems.add(f"{where}: needs at least one examples.match entry")
-        return None
-    return out[0], out[1]
+        ok = False
+    return (out[0], out[1]) if ok else None

@@ -81,6 +81,33 @@ def test_every_problem_is_reported_at_once_with_its_place(tmp_path: Path, pm: pl
                and p.endswith("rules/10-bad.yml[0]") for p in problems)
 
 
+def test_a_rule_with_a_missing_key_still_has_its_other_keys_checked(tmp_path: Path,
+                                                                    pm: pluggy.PluginManager) -> None:
+    """A missing key used to end the rule's checks: the misspelt select key and the bad
+    regex only showed after the first fix, and a misspelt examples key went unnamed."""
+    pack = write(tmp_path / "p", "10.yml", """\
+- id: first-try
+  clas: unknown
+  description: d
+  when: {selct: $.signal.all_text, regex: '('}
+  examples: {match: [x], nomatch: [y]}
+- id: -dash
+  class: unknown
+  description: d
+  when: {select: $.signal.all_text, contains: x}
+  examples: {match: [x, {pt6: {a: 1}, manifst: {b: 2}}]}
+""")
+    with pytest.raises(RuleError) as info:
+        Engine.build(pack, pm, collect_errors=True)
+    problems = "\n".join(info.value.problems)
+    for expected in ("[0] first-try: unknown keys ['clas']", "[0] first-try: missing class",
+                     "[0] first-try: when", "selct",
+                     "[0] first-try: examples: unknown keys ['nomatch'] (expected match, no_match)",
+                     "[1] -dash: id must be a letter or digit, then up to 127",
+                     "[1] -dash: examples.match[1]: unknown files ['manifst', 'pt6']"):
+        assert expected in problems, (expected, problems)
+
+
 def test_first_problem_raises_without_collect(tmp_path: Path, pm: pluggy.PluginManager) -> None:
     pack = write(tmp_path / "p", "10.yml", GOOD.format(id="x", cls="nope", regex="x", example="x"))
     with pytest.raises(RuleError, match=r"p/10\.yml\[0\] x: unknown class 'nope'"):
