@@ -393,9 +393,12 @@ def _engine_or_problems(rules: str) -> Any:
 @cli.command()
 @rules_option
 @click.option("--verbose", "-v", is_flag=True, help="Show passing cases too.")
+@click.option("--examples-only", is_flag=True,
+              help="Replay only the rules' own examples, not the seed corpus: for a pack of your own that "
+                   "does not cover every row of the design.")
 @format_option("text", "json")
 @_guard
-def test(rules: str, verbose: bool, fmt: str) -> None:
+def test(rules: str, verbose: bool, examples_only: bool, fmt: str) -> None:
     """Replay the seed corpus and every rule's examples against a pack.
 
     The seed corpus holds each Appendix-A row and each gate row as a bundle
@@ -405,11 +408,12 @@ def test(rules: str, verbose: bool, fmt: str) -> None:
     Example:
         loop-rules test
         loop-rules test --rules reference -v
+        loop-rules test --rules ./my-pack --examples-only
     """
     from .selftest import run_examples, run_seed_corpus
 
     engine = _engine(rules)
-    cases = run_seed_corpus(engine) + run_examples(engine)
+    cases = ([] if examples_only else run_seed_corpus(engine)) + run_examples(engine)
     failed = [c for c in cases if not c.ok]
     if fmt == "json":
         click.echo(json.dumps({
@@ -421,7 +425,8 @@ def test(rules: str, verbose: bool, fmt: str) -> None:
         for c in cases:
             if verbose or not c.ok:
                 mark = "PASS" if c.ok else "FAIL"
-                extra = "" if c.ok else f": expected {c.expected}, got {c.got}"
+                extra = "" if c.ok else f": expected {c.expected}, got {c.got}" + (
+                    f" ({c.detail})" if c.detail else "")
                 click.echo(f"{mark} {c.name}{extra}")
         click.echo(f"{len(cases) - len(failed)} passed, {len(failed)} failed")
     if failed:

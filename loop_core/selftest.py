@@ -44,12 +44,27 @@ def run_examples(engine: Engine) -> list[CaseResult]:
                 view = View(make_bundle(example))
                 hit = rule.matches(view)
                 want = kind == "match"
-                detail = "; ".join(view.warnings)
+                # What decided a wrong outcome (warnings are in ``got`` already).
+                detail = _deciding_condition(rule, make_bundle(example)) if hit != want and not view.warnings else ""
                 out.append(CaseResult(
                     f"{rule.source} {rule.id} examples.{kind}[{i}]", hit == want and not view.warnings,
                     "match" if want else "no match", ("match" if hit else "no match") + _with_warnings(view.warnings),
                     detail))
     return out
+
+
+def _deciding_condition(rule: Rule, bundle: Any) -> str:
+    """The condition that decided a rule's outcome on ``bundle``: down from the top,
+    the first part that came out as the whole did (the failing part of an ``all``,
+    the holding one of an ``any``), to a single select. So an author whose example
+    fails reads which part of a three-part ``when`` to look at, with the value it saw."""
+    trace, _matched = rule.explain(View(bundle))
+    node = trace
+    while node.children:
+        node = next((child for child in node.children if child.matched == node.matched), node.children[0])
+    verdict = "held" if node.matched else "did not hold"
+    text = f"{node.label} {verdict}" + (f": {node.detail}" if node.detail else "")
+    return text if len(text) <= 240 else text[:239] + "…"
 
 
 def _with_warnings(warnings: Any) -> str:

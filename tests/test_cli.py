@@ -131,6 +131,25 @@ def test_test_command_fails_on_a_broken_example(tmp_path: Path) -> None:
     assert "FAIL" in result.output and "wrong-example examples.match[0]: expected match, got no match" in result.output
 
 
+def test_a_failing_example_names_the_part_of_when_that_decided(tmp_path: Path) -> None:
+    """An author with a three-part `when` used to read only "expected match, got no
+    match" and had to guess which part failed."""
+    (tmp_path / "10.yml").write_text(
+        "- id: three-parts\n  class: unknown\n  description: d\n  when:\n    all:\n"
+        "      - {select: $.signal.all_text, contains: frobnicator}\n"
+        "      - {select: $.signal.final_error, regex: '^RuntimeError'}\n"
+        '  examples: {match: ["INFO x\\nvllm | RuntimeError: the frobnicator broke"]}\n')
+    result = invoke("test", "--rules", str(tmp_path), "--examples-only")
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"FAIL {tmp_path}/10.yml[0] three-parts examples.match[0]: expected match, got no match "
+        "($.signal.final_error regex '^RuntimeError' did not hold: value 'vllm | RuntimeError: the frobnicator "
+        "broke')",
+        "0 passed, 1 failed"]
+    check = invoke("check", "--rules", str(tmp_path))
+    assert "did not hold: value 'vllm | RuntimeError: the frobnicator broke'" in check.output
+
+
 def test_plugins_is_json() -> None:
     report = json.loads(invoke("plugins").output)
     names = {p["name"] for p in report["plugins"]}
@@ -150,7 +169,8 @@ def test_check_lists_every_problem_and_exits_1(tmp_path: Path) -> None:
     (tmp_path / "10.yml").write_text("- id: a\n  class: nope\n- {id: b}\n")
     result = invoke("check", "--rules", str(tmp_path))
     assert result.exit_code == 1
-    assert "error: " in result.output and "check: 2 problem(s)" in result.output
+    assert "error: " in result.output and "check: 3 problem(s)" in result.output
+    assert "a: unknown class 'nope'" in result.output  # reported beside a's missing keys
 
 
 def test_classify_jobs_2_prints_what_jobs_1_prints(tmp_path: Path) -> None:
