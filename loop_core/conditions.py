@@ -37,6 +37,10 @@ TEXT_SIGNALS = frozenset({"error_text", "error_substring", "error_text_lower", "
 
 # $.a.b-c['d e'][0]: resolved by a plain walk, no JSONPath machinery.
 _SIMPLE_PATH = re.compile(r"^\$((?:\.[A-Za-z_][\w-]*|\['[^'\\]*'\]|\[\d+\])+)$")
+# The named steps a general path starts with (one or two), each followed by another step
+# or the end: '$.signal.red_caps[*]' gives signal, red_caps; '$..x' and '$.*' give none.
+_HEAD_STEP = re.compile(r"\.([A-Za-z_][\w-]*)|\['([^'\\]*)'\]")
+_NAMED_HEAD = re.compile(r"^\$(?:\.[A-Za-z_][\w-]*|\['[^'\\]*'\]){1,2}(?=[.\[]|$)")
 _STEP = re.compile(r"\.([A-Za-z_][\w-]*)|\['([^'\\]*)'\]|\[(\d+)\]")
 
 
@@ -183,6 +187,14 @@ def compile_selector(text: Any) -> Selector:
     except Exception as e:  # jsonpath-ng raises several unrelated types
         raise ValueError(f"invalid JSONPath {text!r}: {e}") from e
     _refuse_filter_regexes(compiled, text)
+    # The names a general path starts with are checked as a simple path's are: a typo
+    # such as $.signals.* or $.signal.http_status[*] would otherwise select nothing, always.
+    head = _NAMED_HEAD.match(text)
+    if head:
+        names = [a or b for a, b in _HEAD_STEP.findall(head.group(0))]
+        _check_top(names[0], text)
+        if names[0] == "signal" and len(names) >= 2 and names[1] not in SIGNALS:
+            raise ValueError(f"unknown signal {names[1]!r} in selector {text!r}")
     return Selector(text, None, compiled)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -207,3 +208,25 @@ def test_check_probes_a_catastrophic_regex_behind_its_literal(tmp_path: Path) ->
     result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
     assert result.exit_code == 1, result.output
     assert "p/10.yml[0] slow: regex 'boom (a+)+$' exceeded its 0.25s timeout" in result.output
+
+
+@pytest.mark.parametrize("selector, problem", [
+    ("$.signal.http_status[*]", "unknown signal 'http_status'"),
+    ("$.signals.*", "must start with one of $.manifest"),
+    ("$['signal']['nope'][*]", "unknown signal 'nope'"),
+])
+def test_a_misspelt_name_at_the_start_of_a_general_path_is_named(tmp_path: Path, pm: pluggy.PluginManager,
+                                                                 selector: str, problem: str) -> None:
+    """Only simple paths had their names checked: these loaded and selected nothing, ever."""
+    pack = write(tmp_path / "p", "10.yml", "- id: r\n  class: unknown\n  description: d\n"
+                 f"  when: {{select: \"{selector}\", exists: true}}\n  examples: {{match: [x]}}\n")
+    with pytest.raises(RuleError, match=re.escape(problem)):
+        Engine.build(pack, pm)
+
+
+@pytest.mark.parametrize("selector", ["$.signal.http_statuses[*]", "$.pt4.results_detail[*].status", "$..status",
+                                      "$.*", "$.signal.red_caps[?(@ == 'tools')]"])
+def test_general_paths_with_known_names_load(tmp_path: Path, pm: pluggy.PluginManager, selector: str) -> None:
+    pack = write(tmp_path / "p", "10.yml", "- id: r\n  class: unknown\n  description: d\n"
+                 f"  when: {{select: \"{selector}\", exists: true}}\n  examples: {{match: [x]}}\n")
+    assert Engine.build(pack, pm).pack.rules[0].id == "r"
