@@ -341,7 +341,7 @@ def lint_pack(engine: Engine) -> list[Lint]:
         if winners and all(w != rule.id for w in winners):
             dead.add(rule.id)
             by = sorted({w or "no rule" for w in winners})
-            out.append(Lint("warning", f"{rule.source} {rule.id}: shadowed, can never win: every match example "
+            out.append(Lint("warning", f"{rule.source} {rule.id}: unreachable, can never win: every match example "
                                        f"is decided earlier by {', '.join(by)}"))
         if not rule.no_match_examples:
             out.append(Lint("warning", f"{rule.source} {rule.id}: no no_match examples; add a near miss"))
@@ -358,5 +358,5 @@ def lint_pack(engine: Engine) -> list[Lint]:
         if not ids and not has_exact:
             out.append(Lint("warning", f"{label}: contributes nothing (no rules, no exact entries)"))
         elif ids and all(i in dead for i in ids) and not has_exact:
-            out.append(Lint("warning", f"{label}: contributes nothing: all of its rules are shadowed"))
+            out.append(Lint("warning", f"{label}: contributes nothing: all of its rules are unreachable"))
     return out

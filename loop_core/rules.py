@@ -380,6 +380,7 @@ def _compile(texts: dict[str, str], shown: str, settings: PackSettings, kinds: M
 
     rules: list[Rule] = []
     exact: dict[str, str] = {}
+    exact_from: dict[str, str] = {}  # fingerprint -> the file that listed it first
     seen_ids: dict[str, RuleSource] = {}
     for file_name in texts:
         if file_name == PACK_FILE:
@@ -400,7 +401,7 @@ def _compile(texts: dict[str, str], shown: str, settings: PackSettings, kinds: M
             raw_rules = doc.get("rules", [])
             if raw_rules is None:
                 raw_rules = []
-            _load_exact(doc.get("exact"), label, exact, problems)
+            _load_exact(doc.get("exact"), label, exact, exact_from, problems)
         if not isinstance(raw_rules, list):
             problems.add(f"{label}: rules must be a list, got {type(raw_rules).__name__}")
             continue
@@ -511,7 +512,9 @@ def _regex_list(value: Any, where: str, problems: _Problems, regexes: RegexCache
     return tuple(value)
 
 
-def _load_exact(raw: Any, label: str, exact: dict[str, str], problems: _Problems) -> None:
+def _load_exact(raw: Any, label: str, exact: dict[str, str], exact_from: dict[str, str],
+                problems: _Problems) -> None:
+    """Add a file's exact table to ``exact``; ``exact_from`` says which file listed each first."""
     if raw is None:
         return
     if not isinstance(raw, dict):
@@ -523,9 +526,11 @@ def _load_exact(raw: Any, label: str, exact: dict[str, str], problems: _Problems
         elif not isinstance(value, str) or value not in _CLASSES:
             problems.add(f"{label}: exact: {key}: unknown class {value!r} (classes: {', '.join(sorted(_CLASSES))})")
         elif key in exact and exact[key] != value:
-            problems.add(f"{label}: exact: {key}: listed twice with classes {exact[key]!r} and {value!r}")
+            problems.add(f"{label}: exact: {key}: listed twice with classes {exact[key]!r} and {value!r} "
+                         f"(first in {exact_from[key]})")
         else:
             exact[key] = value
+            exact_from.setdefault(key, label)
 
 
 def _load_rule(raw: Any, source: RuleSource, kinds: Mapping[str, ConditionKind],

@@ -209,7 +209,7 @@ def test_diff_lists_changes_with_transitions(pack: Path, tmp_path: Path) -> None
     assert invoke("diff", "--rules", "default", "--fail-on-change", str(corpus)).exit_code == 0
 
 
-def test_lint_finds_shadowed_rules_and_idle_files(tmp_path: Path) -> None:
+def test_lint_finds_unreachable_rules_and_idle_files(tmp_path: Path) -> None:
     pack = tmp_path / "p"
     pack.mkdir()
     (pack / "10-broad.yml").write_text(
@@ -224,12 +224,12 @@ def test_lint_finds_shadowed_rules_and_idle_files(tmp_path: Path) -> None:
     result = invoke("check", "--rules", str(pack))
     assert result.exit_code == 0  # warnings only
     out = result.output
-    assert "p/20-narrow.yml[0] narrow: shadowed, can never win: every match example is decided earlier by broad" in out
+    assert "p/20-narrow.yml[0] narrow: unreachable, can never win: every match example is decided earlier by broad" in out
     assert "narrow: no no_match examples" in out
     assert "p/30-empty.yml: contributes nothing (no rules, no exact entries)" in out
     assert "p/50-no-pins.yml: contributes nothing (no rules, no exact entries)" in out
     assert "40-pins.yml" not in out  # a comment on its exact: line hid its entry
-    assert "p/20-narrow.yml: contributes nothing: all of its rules are shadowed" in out
+    assert "p/20-narrow.yml: contributes nothing: all of its rules are unreachable" in out
     assert invoke("check", "--strict", "--rules", str(pack)).exit_code == 1
 
 
@@ -263,7 +263,7 @@ def test_rules_version_is_stamped_into_verdicts_and_issue_bodies(pack: Path, pm:
     assert Engine.build(pack, pm).pack.version != engine.pack.version
 
 
-def test_a_rule_that_misses_its_own_example_is_not_called_shadowed(tmp_path: Path) -> None:
+def test_a_rule_that_misses_its_own_example_is_not_called_unreachable(tmp_path: Path) -> None:
     pack = tmp_path / "p"
     pack.mkdir()
     (pack / "10-wrong.yml").write_text(
@@ -273,7 +273,7 @@ def test_a_rule_that_misses_its_own_example_is_not_called_shadowed(tmp_path: Pat
         "  examples: {match: [here], no_match: [fine]}\n")
     out = invoke("check", "--rules", str(pack)).output
     assert "wrong examples.match[0]: expected match, got no match" in out
-    assert "shadowed" not in out and "None" not in out
+    assert "unreachable" not in out and "None" not in out
 
 
 @pytest.mark.parametrize("existing", ["", "# nothing learned yet\n", "exact:\n", "exact: null\n",

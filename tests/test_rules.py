@@ -230,3 +230,11 @@ def test_general_paths_with_known_names_load(tmp_path: Path, pm: pluggy.PluginMa
     pack = write(tmp_path / "p", "10.yml", "- id: r\n  class: unknown\n  description: d\n"
                  f"  when: {{select: \"{selector}\", exists: true}}\n  examples: {{match: [x]}}\n")
     assert Engine.build(pack, pm).pack.rules[0].id == "r"
+
+
+def test_a_fingerprint_listed_twice_names_where_it_was_first(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "10-a.yml", "exact:\n  'cc8c563478cd': unknown\n")
+    write(pack, "20-b.yml", "exact:\n  'cc8c563478cd': genuine-oom\n")
+    with pytest.raises(RuleError, match=r"p/20-b\.yml: exact: cc8c563478cd: listed twice with classes 'unknown' "
+                                        r"and 'genuine-oom' \(first in \S*p/10-a\.yml\)"):
+        Engine.build(pack, pm)
