@@ -280,6 +280,28 @@ def _short_name(path: str, width: int = 40) -> str:
     return name if len(name) <= width else "..." + name[-(width - 3):]
 
 
+def _read_one_bundle(path: Path) -> Any:
+    """The bundle at ``path``; a folder that holds bundles rather than being one
+    (a model's folder of timestamped captures) is named as such, with its bundles.
+
+    :raises BundleError: it cannot be read.
+    """
+    from .batch import discover_bundle_paths
+    from .bundle import BUNDLE_FILES, path_text, read_bundle
+    from .errors import BundleError
+
+    try:
+        return read_bundle(path)
+    except BundleError:
+        if path.is_dir() and not any((path / name).exists() for name in BUNDLE_FILES):
+            inside = [p for p in discover_bundle_paths([path]) if p != str(path)]
+            if inside:
+                shown = ", ".join(path_text(p) for p in inside[:3]) + (", ..." if len(inside) > 3 else "")
+                raise BundleError(f"{path_text(path)}: a folder of {len(inside)} bundle(s), not a bundle; "
+                                  f"give one of them: {shown}", path=path) from None
+        raise
+
+
 @cli.command()
 @click.argument("bundle", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @rules_option
@@ -295,11 +317,11 @@ def explain(bundle: Path, rules: str, fmt: str) -> None:
     Example:
         loop-rules explain --rules reference examples/pull-captures/qwen-qwen3-14b/20261126T101112Z
     """
-    from .bundle import path_text, read_bundle
+    from .bundle import path_text
     from .keys import dedup_key
 
     engine = _engine(rules)
-    b = read_bundle(bundle)
+    b = _read_one_bundle(bundle)
     verdict, traces = engine.explain(b)
     key = dedup_key(b, verdict.failure_class.value)
     if fmt == "json":
@@ -561,7 +583,6 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
         loop-rules learn examples/pull-captures/qwen-qwen3-14b/20261126T101112Z --as kernel-unsupported
         loop-rules learn --review 3a0e288f9dcc --captures examples/pull-captures --as unknown
     """
-    from .bundle import read_bundle
     from .engine import Engine, condition_kinds
     from .maintain import learn as learn_fingerprint
     from .maintain import review_fingerprint
@@ -579,7 +600,7 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
             raise LoopClickError(f"{captures}: no review-queue entry {review_hash!r}")
         fingerprint, origin = review_fingerprint(item), f"review {review_hash}"
     elif bundle is not None:
-        b = read_bundle(bundle)
+        b = _read_one_bundle(bundle)
         fingerprint = Engine.build(str(rules_dir), pm).context(b).fingerprint
         origin = f"bundle {bundle.name}"
         if captures is not None:
@@ -592,7 +613,7 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
         from .keys import dedup_key
         from .maintain import settle_review_entry
 
-        entry = review_hash or dedup_key(read_bundle(bundle), "unknown").digest()  # type: ignore[arg-type]
+        entry = review_hash or dedup_key(_read_one_bundle(bundle), "unknown").digest()  # type: ignore[arg-type]
         taken, left = settle_review_entry(queue, entry, Engine.build(str(rules_dir), pm), fingerprint)
         if taken and not left:
             settled = "; removed from the review queue"

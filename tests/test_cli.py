@@ -409,3 +409,10 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_explain_on_a_folder_of_bundles_names_them() -> None:
+    result = invoke("explain", "examples/pull-captures/qwen-qwen3-14b")
+    assert result.exit_code == 2
+    assert ("examples/pull-captures/qwen-qwen3-14b: a folder of 1 bundle(s), not a bundle; give one of them: "
+            "examples/pull-captures/qwen-qwen3-14b/20261126T101112Z") in result.output
