@@ -585,7 +585,7 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
     """
     from .engine import Engine, condition_kinds
     from .maintain import learn as learn_fingerprint
-    from .maintain import review_fingerprint
+    from .maintain import waiting_fingerprint
     from .plugins import make_plugin_manager
     from .trackers import ReviewQueue
 
@@ -595,18 +595,22 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
         if bundle is not None or captures is None:
             raise LoopClickError("--review HASH needs --captures DIR and no BUNDLE")
         queue = ReviewQueue(captures)
-        item = queue.entry(review_hash)
-        if item is None:
-            raise LoopClickError(f"{captures}: no review-queue entry {review_hash!r}")
-        fingerprint, origin = review_fingerprint(item), f"review {review_hash}"
+        fingerprint, substring = waiting_fingerprint(queue, review_hash, Engine.build(str(rules_dir), pm))
+        what, origin = f"review-queue entry {review_hash}", f"review {review_hash}"
     elif bundle is not None:
-        b = _read_one_bundle(bundle)
-        fingerprint = Engine.build(str(rules_dir), pm).context(b).fingerprint
-        origin = f"bundle {bundle.name}"
+        ctx = Engine.build(str(rules_dir), pm).context(_read_one_bundle(bundle))
+        fingerprint, substring = ctx.fingerprint, ctx.error_substring
+        what, origin = _shown(bundle), f"bundle {bundle.name}"
         if captures is not None:
             queue = ReviewQueue(captures)
     else:
         raise LoopClickError("give a BUNDLE or --review HASH --captures DIR")
+    if not substring.strip():
+        # The fingerprint hashes the error text with the architecture and engine: without
+        # text it would stand for every such failure (every gate refusal) of that pair.
+        raise LoopClickError(f"{what}: has no error text (a gate refusal, or a failure without a log), so its "
+                             f"fingerprint {fingerprint} would decide every such failure of this architecture "
+                             f"and engine; write a rule instead (on $.signal.abort_reason for a gate refusal)")
     added = learn_fingerprint(rules_dir, fingerprint, as_class, condition_kinds(pm), note=origin)
     settled = ""
     if queue is not None:

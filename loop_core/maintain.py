@@ -19,12 +19,12 @@ from .keys import dedup_key, tier2_fingerprint
 from .pipeline import process_bundle
 from .rules import Rule, RulePack, load_rules, load_yaml_text
 from .testing import make_bundle
-from .trackers import ReviewQueue, Settled, write_texts_many
+from .trackers import ReviewQueue, Settled, occurrence_list, write_texts_many
 from .verdict import FailureClass
 from .view import View
 
-__all__ = ["Change", "DiffReport", "Lint", "diff_packs", "learn", "lint_pack", "review_fingerprint",
-           "settle_review_entry"]
+__all__ = ["Change", "DiffReport", "Lint", "diff_packs", "learn", "lint_pack", "occurrence_bundle",
+           "review_fingerprint", "settle_review_entry", "waiting_fingerprint"]
 
 EXACT_FILE = "exact.yml"
 _CLASSES = [c.value for c in FailureClass]
@@ -86,6 +86,46 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
     return True
 
 
+def occurrence_bundle(occurrence: Any, captures: Path) -> Path | None:
+    """Where a review-queue occurrence's bundle is now, or None. The path was stored
+    as the run was given it, so a relative one is tried from here, from the captures
+    folder's parent and from the captures folder itself."""
+    found = occurrence.get("bundle") if isinstance(occurrence, dict) else None
+    if not isinstance(found, str) or not found:
+        return None
+    path = Path(found)
+    tries = [path] if path.is_absolute() else [path, captures.parent / path, captures / path]
+    return next((p for p in tries if p.is_dir()), None)
+
+
+def waiting_fingerprint(queue: ReviewQueue, dedup_hash: str, engine: Engine) -> tuple[str, str]:
+    """``(fingerprint, error substring)`` of what review-queue entry ``dedup_hash``
+    still holds undecided under ``engine``'s pack: its first occurrence whose bundle
+    still reads and still classifies for review; the entry's own description when
+    none does. (An entry partly settled by a run that no longer saw its other
+    bundles is still described by an occurrence that has left it.)
+
+    :raises LoopError: there is no such entry.
+    :raises TrackerError: its file is damaged.
+    """
+    doc = queue.entry(dedup_hash)
+    if doc is None:
+        raise LoopError(f"{queue.directory.parent}: no review-queue entry {dedup_hash!r}")
+    captures = queue.directory.parent
+    for occurrence in occurrence_list(doc, queue.directory / f"{dedup_hash}.json"):
+        where = occurrence_bundle(occurrence, captures)
+        item = process_bundle(where, engine) if where is not None else None
+        if item is not None and item.verdict is not None and item.verdict.review_queue:
+            return item.verdict.fingerprint, item.verdict.error_substring
+    fingerprint = review_fingerprint(doc)
+    decided = engine.pack.exact.get(fingerprint)
+    if decided is not None:
+        raise LoopError(f"review-queue entry {dedup_hash}: the failure it is described by is decided already "
+                        f"({fingerprint} -> {decided}), and no bundle of the occurrences left in it can be read "
+                        "to learn from")
+    return fingerprint, str(doc.get("error_substring") or "")
+
+
 def settle_review_entry(queue: ReviewQueue, dedup_hash: str, engine: Engine, fingerprint: str) -> tuple[int, int]:
     """After ``learn``: take out of the review-queue entry ``dedup_hash`` the
     occurrences the pack (``engine``, the exact entry included) decides now, and
@@ -101,14 +141,18 @@ def settle_review_entry(queue: ReviewQueue, dedup_hash: str, engine: Engine, fin
     doc = queue.entry(dedup_hash)
     if doc is None:
         return 0, 0
-    occurrences = [o for o in doc.get("occurrences") or () if isinstance(o, dict)]
+    # A damaged list (not a list) raises, naming the file, as a run's append does.
+    occurrences = occurrence_list(doc, queue.directory / f"{dedup_hash}.json")
     if not occurrences:  # an entry without occurrences (written by hand): the decision was about it
         return int(queue.remove(dedup_hash)), 0
     settled = Settled()
     own = doc.get("fingerprint") == fingerprint
+    captures = queue.directory.parent
     for occurrence in occurrences:
-        found = occurrence.get("bundle")
-        item = process_bundle(found, engine, queued={dedup_hash}) if isinstance(found, str) and found else None
+        if not isinstance(occurrence, dict):
+            continue  # kept: nothing to decide it by
+        where = occurrence_bundle(occurrence, captures)
+        item = process_bundle(where, engine) if where is not None else None
         if item is None or item.error is not None or item.verdict is None:
             decided = own
         else:

@@ -500,7 +500,11 @@ class _Filer:
         if self.settled:
             for dedup_hash, settled in self.settled.items():
                 settled.payload = self.still_unknown.get(dedup_hash)
-            self.summary.review_settled += self.review.settle(self.settled)
+            problems: list[str] = []
+            self.summary.review_settled += self.review.settle(self.settled, problems)
+            # A damaged entry is left for a person, as review list leaves it; the run's
+            # filing is done and its summary still comes.
+            self.summary.warn(tuple(f"review queue: {p}; not settled" for p in problems))
             self.settled = {}
 
     def close(self) -> None:

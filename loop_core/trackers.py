@@ -617,7 +617,7 @@ class ReviewQueue:
         return frozenset(name[:-5] for name in _file_names(self.directory)
                          if name.endswith(".json") and _HASH.fullmatch(name[:-5]))
 
-    def settle(self, decided: Mapping[str, Settled]) -> int:
+    def settle(self, decided: Mapping[str, Settled], problems: list[str] | None = None) -> int:
         """Take the occurrences a decision now covers out of the queue.
 
         ``decided`` maps a dedup hash to its :class:`Settled`: the submissions no
@@ -627,17 +627,25 @@ class ReviewQueue:
         written with may have been among those taken out. An entry left with no
         occurrence is deleted. Returns how many occurrences were taken out.
 
-        :raises TrackerError: an entry that cannot be read or written; the entries
-            settled before it stay settled.
+        :param problems: where an entry that cannot be read (a damaged file) is
+            reported and left as it is; without it, such an entry raises.
+        :raises TrackerError: an entry that cannot be read (``problems`` not given)
+            or written; the entries settled before it stay settled.
         """
         removed = 0
         with locked(self.directory):
             for dedup_hash, settled in decided.items():
                 path = self.directory / f"{dedup_hash}.json"
-                doc = _read_json(path)
-                if doc is None:
+                try:
+                    doc = _read_json(path)
+                    if doc is None:
+                        continue
+                    occurrences = occurrence_list(doc, path)
+                except TrackerError as e:
+                    if problems is None:
+                        raise
+                    problems.append(str(e))
                     continue
-                occurrences = occurrence_list(doc, path)
                 kept = [o for o in occurrences
                         if not (isinstance(o, dict) and o.get("submission") in settled.submissions)]
                 if len(kept) == len(occurrences):

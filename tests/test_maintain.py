@@ -167,6 +167,70 @@ def test_learn_from_an_entry_with_two_errors_takes_out_only_the_one_decided(pack
     assert (summary["filed_new"], summary["review_queued"], summary["already_counted"]) == (1, 0, 1)
 
 
+def test_learn_refuses_a_failure_without_error_text(pack: Path, tmp_path: Path) -> None:
+    """A gate refusal has no error text: its fingerprint hashes only the architecture
+    and engine, so learning it decided every gate refusal of that pair at once."""
+    captures = tmp_path / "captures"
+    shutil.copytree(ROOT / "examples" / "pull-captures", captures, ignore=shutil.ignore_patterns("_*"))
+    invoke("run", str(captures), "--rules", str(pack))
+    before = (pack / "exact.yml").exists()
+    for args in (["--review", "3a0e288f9dcc", "--captures", str(captures)],
+                 [str(captures / "meta-llama-llama-3.3-70b-instruct" / "20261127T113000Z")]):
+        result = invoke("learn", *args, "--as", "unknown", "--rules", str(pack))
+        assert result.exit_code == 2, result.output
+        assert "has no error text (a gate refusal, or a failure without a log)" in result.output
+        assert "write a rule instead (on $.signal.abort_reason" in result.output
+    assert (pack / "exact.yml").exists() == before
+    assert "3a0e288f9dcc" in {e["dedup_hash"] for e in _queue(captures)}
+
+
+def test_learn_leaves_a_damaged_entry_for_a_person(pack: Path, tmp_path: Path) -> None:
+    """run refused to touch an entry whose occurrences are not a list; learn deleted it."""
+    captures = tmp_path / "captures"
+    write_bundle(captures / "m" / "20260801T000000Z", make_bundle(NOVEL))
+    invoke("run", str(captures), "--rules", str(pack))
+    (entry,) = _queue(captures)
+    path = Path(entry["_path"])
+    doc = json.loads(path.read_text())
+    doc["occurrences"] = {o["submission"]: o for o in doc["occurrences"]}
+    path.write_text(json.dumps(doc))
+    result = invoke("learn", "--review", entry["dedup_hash"], "--captures", str(captures), "--as", "unknown",
+                    "--rules", str(pack))
+    assert result.exit_code == 2 and "'occurrences' is a dict, not a list; fix or remove the file" in result.output
+    assert json.loads(path.read_text()) == doc
+
+
+def test_learn_finds_the_bundles_of_a_run_made_from_another_folder(pack: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queue keeps bundle paths as the run was given them; from another folder they
+    did not resolve, and every occurrence was taken for the learned one."""
+    work = tmp_path / "work"
+    _two_errors_one_entry(work / "captures")
+    monkeypatch.chdir(work)
+    invoke("run", "captures", "--rules", str(pack))
+    (entry,) = _queue(Path("captures"))
+    assert entry["occurrences"][0]["bundle"].startswith("captures/")
+    monkeypatch.chdir(tmp_path)
+    result = invoke("learn", "--review", entry["dedup_hash"], "--captures", str(work / "captures"),
+                    "--as", "kernel-unsupported", "--rules", str(pack))
+    assert "1 occurrence(s) taken out" in result.output and "1 with another error left in it" in result.output
+
+
+def test_a_damaged_entry_a_run_would_settle_is_a_warning_not_the_end_of_the_run(pack: Path, tmp_path: Path) -> None:
+    captures = tmp_path / "captures"
+    write_bundle(captures / "m" / "20260801T000000Z", make_bundle(NOVEL))
+    invoke("run", str(captures), "--rules", str(pack))
+    (entry,) = _queue(captures)
+    Path(entry["_path"]).write_text("not json")
+    (pack / "05-frobnicator.yml").write_text(NOVEL_RULE)
+    result = invoke("run", str(captures), "--rules", str(pack), "--format", "json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["filed_new"] == 1 and summary["review_settled"] == 0
+    (warning,) = summary["warnings"]
+    assert warning.startswith("review queue: ") and "unreadable file" in warning and warning.endswith("not settled")
+
+
 SHADOW_RULE = """\
 - id: trial-frobnicator
   class: overlay-arch-drift
