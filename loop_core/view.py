@@ -285,14 +285,15 @@ class View:
             hit = indexes[id(text)] = TextIndex(text)
         return hit
 
-    def memo(self, key: Hashable, make: Callable[[], T]) -> T:
-        """``make()``, computed once per bundle and shared by the views of it like a
-        signal: for a text a matcher builds from the bundle (Tier-1's scan surface),
-        so that the same text object, and its one index, serves every classification."""
-        slot = ("memo", key)
-        value = self._signals.get(slot, _MISSING)
+    def memo(self, key: Hashable, make: Callable[..., T], *args: Any) -> T:
+        """``make(*args)``, computed once per bundle and shared by the views of it like
+        a signal: for a text a matcher builds from the bundle (Tier-1's scan surface),
+        so that the same text object, and its one index, serves every classification.
+        ``key`` names the value; keep it apart from other plugins' (a tuple that
+        starts with your matcher's name, say)."""
+        value = self._signals.get(key, _MISSING)
         if value is _MISSING:
-            value = self._signals[slot] = make()
+            value = self._signals[key] = make(*args)
         return value  # type: ignore[no-any-return]
 
     def signal(self, name: str) -> Any:

@@ -38,7 +38,7 @@ REFERENCE_SIGNATURE = (
 
 
 class _Compiled:
-    __slots__ = ("signature", "unless", "surface", "timeout")
+    __slots__ = ("signature", "unless", "surface", "timeout", "surface_key")
 
     def __init__(self, pack: RulePack) -> None:
         s = pack.settings
@@ -48,6 +48,7 @@ class _Compiled:
                        if s.tier1_oom_unless else None)
         self.surface = s.tier1_oom_surface
         self.timeout = s.regex_timeout
+        self.surface_key = (RULE_ID, "surface", self.surface)  # the View.memo key of the scan surface
 
 
 # Each live pack's compiled signature, keyed by id(pack). The pack is held weakly and
@@ -154,7 +155,7 @@ def route_and_delta(inputs: dict[str, Any]) -> tuple[bool, int | None]:
 
 def _match(ctx: MatchContext) -> Match | None:
     compiled = _compiled(ctx.pack)
-    surface = ctx.view.memo((RULE_ID, compiled.surface), lambda: scan_surface(ctx, compiled.surface))
+    surface = ctx.view.memo(compiled.surface_key, scan_surface, ctx, compiled.surface)
     index = ctx.view.index(surface)
     try:
         if not compiled.signature.test(surface, timeout=compiled.timeout, index=index):
