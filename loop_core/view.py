@@ -127,9 +127,11 @@ _POINTS_ELSEWHERE = re.compile(r"(?i)\bsee (?:the )?(?:root cause|(?:full )?stac
 
 
 def _error_kind(line: str) -> int:
-    """2 when ``line`` names an exception (or ``Killed``), 1 when its message starts
-    with an error tag (``[BUG] ...``, ``Error: ...``, ``ERROR target: ...``), else 0.
-    A bare ``Traceback (most recent call last):`` header, decorated or not, is 0.
+    """2 when ``line`` names an exception (or ``Killed``), 3 when that exception only
+    points at another ("See root cause above."), 1 when its message starts with an
+    error tag (``[BUG] ...``, ``Error: ...``, ``ERROR target: ...``), else 0. A bare
+    ``Traceback (most recent call last):`` header and a traceback's source lines
+    (``raise ...``, ``except ...``), decorated or not, are 0.
     """
     low = line.lower()
     for hint in _HINTS:
@@ -138,14 +140,18 @@ def _error_kind(line: str) -> int:
     else:
         return 0
     message = _message(line)
-    if _BARE_TRACEBACK.match(message):
+    if _BARE_TRACEBACK.match(message) or message.lstrip().startswith(_SOURCE_LINES):
         return 0
     for end in _EXCEPTION_ENDS:
         if end in line:
             if _EXCEPTION_LINE.search(line):
-                return 2
+                return 3 if "see " in low and _POINTS_ELSEWHERE.search(line) else 2
             break
     return 1 if _ERROR_TAG.match(message) else 0
+
+
+# A traceback's source line names an exception without reporting one.
+_SOURCE_LINES = ("raise ", "raise(", "except ", "except:", "except(")
 
 
 TAIL_CHUNK = 1024  # characters split at a time by reversed_lines
@@ -186,13 +192,39 @@ def _final_error(bundle: Bundle) -> str:
             last = line
         kind = _error_kind(line)
         if kind == 2:
-            if not _POINTS_ELSEWHERE.search(line):
-                return line
-            if wrapper is None:
-                wrapper = line
+            return line
+        if kind == 3:
+            # The real exception is further up, past a traceback of many lines: look
+            # only at the lines that can name one (every such line holds an ending).
+            return _exception_before(text, text.rfind(raw)) or line
         if kind == 1 and tagged is None:
             tagged = line
-    return wrapper or tagged or last or ""
+    return tagged or last or ""
+
+
+def _exception_before(text: str, end: int) -> str | None:
+    """The last line before offset ``end`` of ``text`` that names an exception and
+    points nowhere else, as the line-by-line walk of :func:`_final_error` would find
+    it; None when there is none."""
+    # Each ending's last place before ``end``, searched again only once ``end`` has
+    # passed it: every ending is looked for once over the text in all.
+    last = {ending: text.rfind(ending, 0, end) for ending in _EXCEPTION_ENDS}
+    while end > 0:
+        for ending, at in last.items():
+            if at >= end:
+                last[ending] = text.rfind(ending, 0, end)
+        cut = max(last.values())
+        if cut < 0:
+            return None
+        start = text.rfind("\n", 0, cut) + 1
+        stop = text.find("\n", cut, end)
+        chunk = text[start:end if stop < 0 else stop]
+        for raw in reversed(chunk.splitlines()):  # a "\n" chunk may hold other line breaks
+            line = raw.strip()
+            if line and _error_kind(line) == 2:
+                return line
+        end = start
+    return None
 
 
 def _boot_ok(bundle: Bundle) -> bool | None:

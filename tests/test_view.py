@@ -156,9 +156,12 @@ def test_the_shortcuts_of_error_kind_change_no_answer(line: str) -> None:
 VLLM_V1_TAIL = """\
 (EngineCore_0 pid=211) ERROR 11-26 10:11:12 [core.py:708] EngineCore failed to start.
 (EngineCore_0 pid=211) ERROR 11-26 10:11:12 [core.py:708] Traceback (most recent call last):
+(EngineCore_0 pid=211) ERROR 11-26 10:11:12 [core.py:708]     raise ValueError(f"Unknown quantization method: {name}")
 (EngineCore_0 pid=211) ERROR 11-26 10:11:12 [core.py:708] ValueError: Unknown quantization method: awq_v9
 (APIServer pid=1) Traceback (most recent call last):
 (APIServer pid=1)   File "/usr/local/bin/vllm", line 10, in <module>
+(APIServer pid=1)     except Exception as e:
+(APIServer pid=1)     raise RuntimeError("Engine core initialization failed. "
 (APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
 """
 
@@ -170,3 +173,10 @@ def test_an_exception_that_points_at_the_root_cause_gives_way_to_it() -> None:
         "(EngineCore_0 pid=211) ERROR 11-26 10:11:12 [core.py:708] ValueError: Unknown quantization method: awq_v9")
     wrapper_only = "INFO starting\nException: WorkerProc initialization failed. See stack trace for root cause.\n"
     assert final_error(wrapper_only) == "Exception: WorkerProc initialization failed. See stack trace for root cause."
+
+
+
+def test_a_tracebacks_source_lines_are_not_the_final_error() -> None:
+    """`raise KeyError(name)` and `except Exception:` name exceptions without reporting one."""
+    text = '  File "x.py", line 3, in f\n    raise KeyError(name)\nKeyError: \'x\'\n    except Exception:\n'
+    assert final_error(text) == "KeyError: 'x'"
