@@ -78,6 +78,9 @@ TUPLE_FIELDS = DedupKey._fields
 # body takes "_" too, so two tokens written one after the other ("hf_AAA...hf_BBB...")
 # go as one, instead of the first stopping at the second's "_" and leaving its body.
 _SECRETS = (
+    # First: a header value runs to the end of its line, and no pattern below may
+    # take its name ("...KEY==Cookie: ...") into a value of its own.
+    (re.compile(r"(?i)((?:set-)?cookie:\s*)[^\r\n]+"), r"\1<REDACTED>"),
     (re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9_]{30,}"), "hf_<REDACTED>"),
     (re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9_]{30,}|github_pat_[A-Za-z0-9_]{20,})"),
      "<REDACTED-GITHUB-TOKEN>"),
@@ -88,9 +91,21 @@ _SECRETS = (
     # that key's name, and the second secret, its key cut, was never recognised.
     (re.compile(r"(?i)\b(aws_secret_access_key|aws_session_token)(\s*[=:]\s*)[\"']?[A-Za-z0-9/+=_]{16,}[\"']?"),
      r"\1\2<REDACTED>"),
-    (re.compile(r"(?i)\b((?:hf|hugging_face_hub|huggingface|github|gh|openai|api)_?(?:token|key))(\s*[=:]\s*)[^\s\"',;]+"),
+    (re.compile(r"(?i)\b((?:hf|hugging_face_hub|huggingface|github|gh|openai|api)_?(?:token|key))(\s*[=:]\s*)[^\s\"',;\[]+"),
      r"\1\2<REDACTED>"),
-    (re.compile(r"(?i)(authorization:\s*(?:bearer|token)\s+)[^\s\"']+"), r"\1<REDACTED>"),
+    # Any name that ends in a credential word, as an assignment, an environment
+    # variable or a logged dict ("OPENAI_API_KEY=sk-...", "'api_key': ['sk-...']",
+    # '"hf_token": "..."', "password=...", "x-api-key: ..."); the value may be quoted
+    # or the first item of a list.
+    (re.compile(r"(?i)(?<![A-Za-z0-9])((?:[A-Za-z0-9_.-]*[_.-])?(?:token|api[_-]?key|secret|password|passwd|"
+                r"access[_-]?key|private[_-]?key|credentials?)[\"']?)(\s*[=:]\s*)(\[\s*)?([\"']?)"
+                r"(?!<)[^\s\"',;\[\])}]+"),
+     r"\1\2\3\4<REDACTED>"),
+    # The same as a command-line flag: "--api-key sk-...", "--hf-token=hf_...".
+    (re.compile(r"(?i)(--(?:[a-z0-9]+-)*(?:token|api-key|key|secret|password))(\s+|=)([\"']?)(?![-<])"
+                r"[^\s\"']+"),
+     r"\1\2\3<REDACTED>"),
+    (re.compile(r"(?i)(authorization\s*[:=]\s*(?:bearer|token|basic)\s+)[^\s\"']+"), r"\1<REDACTED>"),
     # The look-behind keeps this linear: without it a long run of letters is tried
     # from every position (quadratic: a 100 KB log line took minutes).
     (re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"),
@@ -98,10 +113,11 @@ _SECRETS = (
     (re.compile(r"(?i)/(?:home|Users)/[^/\s\"'`]+"), "~"),
     (re.compile(r"(?i)\b([A-Z]:\\Users\\)[^\\\s\"']+"), r"~"),
 )
-# C0/C1 controls except tab and newline, the bidi marks (ALM, LRM, RLM, embeddings,
-# overrides, isolates), the BOM, and lone surrogates (which no tracker can store).
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff"
-                       r"\ud800-\udfff]")
+# C0/C1 controls except tab and newline, zero-width spaces and joiners (which split a
+# token so no pattern sees it), the bidi marks (ALM, LRM, RLM, embeddings, overrides,
+# isolates), the BOM, and lone surrogates (which no tracker can store).
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060\u2066-\u2069"
+                       r"\ufeff\ud800-\udfff]")
 _MENTION = re.compile(r"@(?=[\w-])")
 _BACKTICKS = re.compile(r"`+")
 # Per pattern of _SECRETS, literals one of which every match holds, and whether
@@ -109,12 +125,15 @@ _BACKTICKS = re.compile(r"`+")
 # Most text holds none of them: a substring test then spares the regex. Sound
 # for ASCII text, where lower() is exact; other text runs every pattern.
 _SECRET_GUARDS: tuple[tuple[tuple[str, ...], bool], ...] = (
+    (("cookie:",), True),
     (("hf_",), False),
     (("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), False),
     (("akia", "asia", "agpa", "aida", "aroa"), True),
     (("aws_s",), True),
     (("token", "key"), True),
-    (("authorization:",), True),
+    (("token", "key", "secret", "passw", "credential"), True),
+    (("--",), False),
+    (("authorization",), True),
     (("@",), False),
     (("/home/", "/users/"), True),
     ((":\\users\\",), True),

@@ -306,6 +306,11 @@ SECRETS = {
     "email": "carol.smith+ci@example-corp.co.uk",
     "home": "/home/alice",
     "users": "/Users/bob",
+    "env_key": "sk-proj-SECRETabcdefghij0123",
+    "logged_dict": "sk-live-SECRET0123456789",
+    "cli_flag": "sk-cliSECRET999",
+    "password": "hunter2SECRETpw",
+    "cookie": "SECRETcookie42",
 }
 CONTEXT = {
     "hf": "HF_TOKEN={}",
@@ -316,6 +321,11 @@ CONTEXT = {
     "email": "contact {} for access",
     "home": "File \"{}/venv/lib/python3.11/site-packages/vllm/x.py\"",
     "users": "open('{}/Library/Caches/model.bin')",
+    "env_key": "OPENAI_API_KEY={}",
+    "logged_dict": "non-default args: {{'model': '/models/x', 'api_key': ['{}'], 'port': 8000}}",
+    "cli_flag": "vllm serve acme/x --api-key {}",
+    "password": "db password={}",
+    "cookie": "Cookie: session={}; theme=dark",
 }
 
 

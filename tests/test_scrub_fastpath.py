@@ -27,7 +27,8 @@ PIECES = [
     "AKIA" + "ABCDEFGHIJKLMNOP", "akia" + "abcdefghijklmnop", "ASIA0123456789ABCDEF",
     "aws_secret_access_key = 'abcdEFGH12345678/+=='", "AWS_SESSION_TOKEN: " + "Q" * 20,
     "hf_token=abc", "OPENAI_API_KEY: sk-123", "api key = x", "github_token:", "token", "key=",
-    "Authorization: Bearer abc.def", "authorization:  token zzz", "a.b@example.com", "x@y", "@user",
+    "Authorization: Bearer abc.def", "authorization:  token zzz", "'api_key': ['sk-1']", "--api-key sk-2",
+    "password=p", "Cookie: a=b", "x-api-key: k", "Authorization=Basic b", "a.b@example.com", "x@y", "@user",
     "/home/alice/models", "/Users/Bob/x", "/HOME/carol", "C:\\Users\\dave\\cache", "c:\\users\\",
     "\u212a", "\u017f", "\u0130", "\u0131", "\u200e", "\x00", "\r\n", "\n", " ", "=", ":", "_", "'", '"',
     "RuntimeError: CUDA out of memory", "plain words", "ü", "日本",
@@ -101,7 +102,7 @@ def test_sanitize_with_its_shortcuts_equals_the_plain_steps(parts: list[str], in
 
 
 def test_each_pattern_still_fires() -> None:
-    for piece in PIECES[:31]:
+    for piece in PIECES[:37]:
         assert scrub_secrets(piece) == plain_scrub(piece)
     assert scrub_secrets("see AKIAABCDEFGHIJKLMNOP and ghp_" + "Z9" * 16) == \
         "see <REDACTED-AWS-KEY> and <REDACTED-GITHUB-TOKEN>"
