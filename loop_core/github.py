@@ -24,14 +24,16 @@ lines, the same three labels, the same verify-before-+1. What differs:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
+import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -47,9 +49,11 @@ LABEL_LIST_LIMIT = 1000
 ISSUE_LIST_LIMIT = 100
 COMMENTS_PER_LIST = 100  # gh issue list fetches comments(first: 100)
 FIRST_SUBMISSION = "<!-- loop-rules first-submission: {} -->"
-# Only at the very end of a body, where _body puts it: the same line inside the capture's
-# own text (the error block) would otherwise mark another submission as counted.
-_FIRST_SUBMISSION = re.compile(r"<!-- loop-rules first-submission: ([A-Za-z0-9._:-]+) -->\s*\Z")
+# A line of its own, outside every code fence: capture text only ever reaches a body
+# inside a fence (or a code span on the model's line), so it cannot forge one, and a
+# maintainer may still add notes below it.
+_FIRST_SUBMISSION = re.compile(r"<!-- loop-rules first-submission: ([A-Za-z0-9._:-]+) -->")
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 _SAFE_SUBMISSION = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _ISSUE_URL = re.compile(r"/issues/(\d+)$")
 _OUTAGE = (124, 127)
@@ -95,7 +99,55 @@ def run_gh(argv: Sequence[str], *, timeout: float = 30.0) -> GhResult:
     except Exception as e:  # noqa: BLE001 - never raise
         _kill_group(proc)
         return GhResult(False, 1, "", f"gh: {e}")
+    except BaseException:
+        # Ctrl-C or SIGTERM: gh runs in a session of its own and would go on to file
+        # after loop-rules has ended, behind the back of the rerun's lookup.
+        _kill_group(proc)
+        raise
     return GhResult(proc.returncode == 0, proc.returncode, out or "", err or "")
+
+
+# The kernel's limit on one command-line argument is 128 KiB (MAX_ARG_STRLEN): a body of
+# 65,536 characters of CJK text is three times that. Longer bodies go through a file.
+ARG_BYTES = 96 * 1024
+
+
+@contextlib.contextmanager
+def _body_argv(text: str) -> Iterator[list[str]]:
+    """``["--body", text]``, or for a text too long for one argument ``["--body-file",
+    path]`` of a temporary file that is removed afterwards."""
+    if len(text) * 4 <= ARG_BYTES or len(text.encode("utf-8")) <= ARG_BYTES:
+        yield ["--body", text]
+        return
+    fd, path = tempfile.mkstemp(prefix="loop-rules-body-", suffix=".md")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        yield ["--body-file", path]
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _first_submission(body: str) -> str | None:
+    """The submission of the last first-submission line of ``body`` that stands on its
+    own outside the code fences (CommonMark: a fence closes with a run of the same
+    character at least as long), or None."""
+    found = None
+    fence: str | None = None
+    for line in body.splitlines():
+        opener = _FENCE.match(line)
+        if fence is None:
+            if opener:
+                fence = opener.group(1)
+                continue
+            marker = _FIRST_SUBMISSION.fullmatch(line.strip())
+            if marker:
+                found = marker.group(1)
+        elif opener and opener.group(1)[0] == fence[0] and len(opener.group(1)) >= len(fence) \
+                and not line.strip()[len(opener.group(1)):].strip():
+            fence = None
+    return found
 
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
@@ -213,7 +265,8 @@ class GitHubTracker:
         if occurrence.submission in seen:
             return FileResult(FileAction.ALREADY_COUNTED, draft.dedup_hash, number, "occurrence already counted")
         self._before_create()
-        r = self._gh(["issue", "comment", str(number), "--body", plus_one_comment(draft, occurrence)])
+        with _body_argv(plus_one_comment(draft, occurrence)) as body:
+            r = self._gh(["issue", "comment", str(number), *body])
         if not r.ok:
             self._fail("issue-comment", r)
         seen.add(occurrence.submission)
@@ -224,9 +277,13 @@ class GitHubTracker:
         for name in draft.labels:
             if name not in self._label_names():
                 self._create_label(name)
-        argv = ["issue", "create", "--title", draft.title, "--body", _body(draft, occurrence)]
-        for label in draft.labels:
-            argv += ["--label", label]
+        with _body_argv(_body(draft, occurrence)) as body:
+            argv = ["issue", "create", "--title", draft.title, *body]
+            for label in draft.labels:
+                argv += ["--label", label]
+            return self._create(draft, occurrence, argv)
+
+    def _create(self, draft: IssueDraft, occurrence: Occurrence, argv: list[str]) -> FileResult:
         for attempt in (1, 2):
             self._before_create()
             r = self._gh(argv)
@@ -302,8 +359,8 @@ class GitHubTracker:
             comments = issue.get("comments") or []
             if len(comments) >= COMMENTS_PER_LIST:
                 comments = self._all_comments(issue["number"])
-            first = _FIRST_SUBMISSION.search(body)
-            seen = {first.group(1)} if first else set()
+            first = _first_submission(body)
+            seen = {first} if first else set()
             for c in comments:
                 if not isinstance(c, dict) or not _trusted(c):
                     continue

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,6 +174,37 @@ def test_run_gh_reports_exit_status_output_missing_binary_and_timeout(gh: FakeGh
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     missing = run_gh(["label", "list"])
     assert (missing.ok, missing.returncode) == (False, 127)
+
+
+def test_ctrl_c_while_gh_runs_stops_gh_too(gh: FakeGh, tmp_path: Path) -> None:
+    """gh runs in a session of its own: interrupted, loop-rules used to leave it running,
+    to open an issue after the run had ended, behind the rerun's lookup (a duplicate)."""
+    import signal
+    import time
+
+    gh.mode("hang")
+    script = "from loop_core.github import run_gh\nprint('go', flush=True)\nrun_gh(['issue', 'list'], timeout=60)\n"
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "go\n"
+    deadline = time.monotonic() + 10
+    while not gh.calls() and time.monotonic() < deadline:  # the fake has started
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+
+    def fakes_alive() -> list[str]:
+        out = []
+        for entry in Path("/proc").iterdir():
+            with contextlib.suppress(OSError):
+                if entry.name.isdigit() and str(tmp_path / "bin" / "gh") in (entry / "cmdline").read_text():
+                    out.append(entry.name)
+        return out
+
+    deadline = time.monotonic() + 5
+    while fakes_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert fakes_alive() == []
 
 
 # -- filing ------------------------------------------------------------------
@@ -583,6 +616,24 @@ def test_hook_loop_register_trackers(captures: Path) -> None:
         collect(pm, "loop_register_trackers", lambda s: s.name, "tracker")
 
 
+def test_a_body_too_long_for_one_argument_goes_through_a_file(gh: FakeGh, captures: Path, fake_clock: FakeClock,
+                                                              module_engine: Engine) -> None:
+    """The kernel takes at most 128 KiB in one argument: a body of CJK log text (three
+    bytes a character) failed with 'Argument list too long', and stayed spooled for good."""
+    text = "INFO start\ntorch.OutOfMemoryError: CUDA out of memory. 显存不足 " + "显存不足，请减少批量大小。" * 6000
+    bundle = make_bundle({"pt3": {"failure_log_excerpt": text}}, path="captures/m/1")
+    verdict = module_engine.classify(bundle)
+    draft = module_engine.pm.hook.loop_draft_issue(bundle=bundle, verdict=verdict)  # the final error as evidence
+    occurrence = occurrence_of(bundle)
+    assert len(draft.body.encode("utf-8")) > 128 * 1024
+    result = tracker(captures, fake_clock).file(draft, occurrence)
+    assert result.action is FileAction.OPENED
+    (issue,) = gh.issues()
+    assert issue["body"] == first_body(draft, occurrence)
+    create = next(call for call in gh.calls() if call[:2] == ["issue", "create"])
+    assert "--body-file" in create and not Path(create[create.index("--body-file") + 1]).exists()
+
+
 def test_a_marker_inside_the_capture_text_marks_nothing(gh: FakeGh, captures: Path, fake_clock: FakeClock,
                                                          module_engine: Engine, failure: Any) -> None:
     draft, victim = failure(ts="20260802T093000Z")
@@ -595,6 +646,21 @@ def test_a_marker_inside_the_capture_text_marks_nothing(gh: FakeGh, captures: Pa
     t = tracker(captures, fake_clock)
     assert t.file(attacker, occurrence_of(bundle)).action is FileAction.OPENED
     assert tracker(captures, FakeClock()).file(draft, victim).action is FileAction.PLUS_ONE
+
+
+def test_a_note_a_maintainer_adds_below_the_body_keeps_the_first_submission(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """The marker only counted as the body's very last line: a note appended on GitHub
+    made the next run count the first capture again, as a +1."""
+    draft, occurrence = failure()
+    assert tracker(captures, fake_clock).file(draft, occurrence).action is FileAction.OPENED
+    state = json.loads(gh.state_path.read_text(encoding="utf-8"))
+    issue = state["repos"][REPO]["issues"][0]
+    issue["body"] += "\n\n---\nMaintainer note: tracked upstream in vllm-project/vllm#12345.\n"
+    gh.state_path.write_text(json.dumps(state), encoding="utf-8")
+    again = tracker(captures, FakeClock()).file(draft, occurrence)
+    assert again.action is FileAction.ALREADY_COUNTED
+    assert gh.issues()[0]["comments"] == []
 
 
 def test_the_first_submission_marker_never_cuts_a_full_body(gh: FakeGh, captures: Path, fake_clock: FakeClock,
