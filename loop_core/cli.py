@@ -807,8 +807,10 @@ def _tell_problems(tracker: Any, captures: Path | None) -> None:
     if captures is not None:
         from .trackers import DEDUP_QUEUE
 
+        repo = getattr(tracker, "repo", None)
+        target = f" --repo {repo}" if isinstance(repo, str) and repo else ""
         click.echo(f"loop-rules: what could not be filed waits in {captures / DEDUP_QUEUE}; "
-                   f"`loop-rules spool replay {captures} --tracker {tracker.name}` files it", err=True)
+                   f"`loop-rules spool replay {captures} --tracker {tracker.name}{target}` files it", err=True)
 
 
 def _run_table(captures: Path, data: dict[str, Any], tracker_name: str) -> None:

@@ -692,7 +692,7 @@ def test_run_says_why_nothing_reached_github(tmp_path: Path, monkeypatch: pytest
     assert result.exit_code == 0, result.output
     assert "13 spooled" in result.stdout
     assert "loop-rules: github: `gh label list` failed (exit 127): gh: command not found" in result.stderr
-    assert f"spool replay {captures} --tracker github" in result.stderr
+    assert f"`loop-rules spool replay {captures} --tracker github --repo {REPO}` files it" in result.stderr
     as_json = CliRunner().invoke(cli, ["run", str(captures), "--tracker", "github", "--repo", REPO,
                                        "--format", "json"])
     assert json.loads(as_json.stdout)["tracker_problems"] == [
