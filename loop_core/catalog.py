@@ -56,32 +56,76 @@ class Catalog:
 def load_catalog(path: str | os.PathLike[str] | None) -> Catalog:
     """Read a catalog file; ``None`` gives the empty catalog (every anchor derived).
 
-    :raises CatalogError: the file is unreadable or not of the documented shape.
+    Read as strictly as a rule file (no duplicate keys, no anchors or aliases),
+    and every key is checked: a misspelt ``hf_repos`` would otherwise demote
+    every curated anchor without a word.
+
+    :raises CatalogError: the file is unreadable or not of the documented shape;
+        the message names the place.
     """
     if path is None:
         return Catalog()
-    import yaml  # only when there is a file to read: most runs have no catalog
+    from .errors import RuleError
+    from .rules import load_yaml_text  # the strict loader rule files are read with
 
     where = Path(path)
     try:
-        doc = yaml.safe_load(where.read_text(encoding="utf-8")) or {}
+        doc = load_yaml_text(where.read_text(encoding="utf-8"), str(where))
     except (OSError, UnicodeDecodeError) as e:
         raise CatalogError(f"{where}: cannot read catalog: {e}") from e
-    except yaml.YAMLError as e:
-        raise CatalogError(f"{where}: invalid YAML: {e}") from e
+    except RuleError as e:
+        raise CatalogError(str(e)) from e
+    if doc is None:
+        return Catalog()
     if not isinstance(doc, dict):
-        raise CatalogError(f"{where}: a catalog is a mapping with models and composes")
+        raise CatalogError(f"{where}: a catalog is a mapping with schema, models and composes, "
+                           f"got {type(doc).__name__}")
+    _known(doc, _TOP_KEYS, str(where))
+    if doc.get("schema", 1) != 1:
+        raise CatalogError(f"{where}: schema must be 1, got {doc['schema']!r}")
     models = []
-    for i, entry in enumerate(doc.get("models") or []):
-        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
-            raise CatalogError(f"{where}: models[{i}]: needs an id")
-        repos = entry.get("hf_repos") or []
-        if not isinstance(repos, list):
-            raise CatalogError(f"{where}: models[{i}] {entry['id']}: hf_repos must be a list")
-        models.append((entry["id"], tuple(str(r) for r in repos)))
+    for i, entry in enumerate(_entries(doc, "models", where)):
+        place = f"{where}: models[{i}]"
+        if not isinstance(entry, dict):
+            raise CatalogError(f"{place}: must be a mapping with id and hf_repos, got {type(entry).__name__}")
+        _known(entry, _MODEL_KEYS, place)
+        if not isinstance(entry.get("id"), str) or not entry["id"].strip():
+            raise CatalogError(f"{place}: needs an id (text)")
+        repos = entry.get("hf_repos")
+        repos = [] if repos is None else repos
+        if not isinstance(repos, list) or not all(isinstance(r, str) and r.strip() for r in repos):
+            raise CatalogError(f"{place} {entry['id']}: hf_repos must be a list of repository names (text)")
+        models.append((entry["id"], tuple(repos)))
     composes = []
-    for i, entry in enumerate(doc.get("composes") or []):
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise CatalogError(f"{where}: composes[{i}]: needs a name")
-        composes.append((entry["name"], str(entry.get("model") or "")))
+    for i, entry in enumerate(_entries(doc, "composes", where)):
+        place = f"{where}: composes[{i}]"
+        if not isinstance(entry, dict):
+            raise CatalogError(f"{place}: must be a mapping with name and model, got {type(entry).__name__}")
+        _known(entry, _COMPOSE_KEYS, place)
+        if not isinstance(entry.get("name"), str) or not entry["name"].strip():
+            raise CatalogError(f"{place}: needs a name (text)")
+        model = entry.get("model")
+        if model is not None and not isinstance(model, str):
+            raise CatalogError(f"{place} {entry['name']}: model must be a model id (text)")
+        composes.append((entry["name"], model or ""))
     return Catalog(tuple(models), tuple(composes))
+
+
+_TOP_KEYS = ("schema", "models", "composes")
+_MODEL_KEYS = ("id", "hf_repos")
+_COMPOSE_KEYS = ("name", "model")
+
+
+def _known(mapping: dict[Any, Any], keys: tuple[str, ...], place: str) -> None:
+    extra = sorted(str(k) for k in mapping if k not in keys)
+    if extra:
+        raise CatalogError(f"{place}: unknown keys {extra} (expected {', '.join(keys)})")
+
+
+def _entries(doc: dict[str, Any], key: str, where: Path) -> list[Any]:
+    found = doc.get(key)
+    if found is None:
+        return []
+    if not isinstance(found, list):
+        raise CatalogError(f"{where}: {key} must be a list, got {type(found).__name__}")
+    return found

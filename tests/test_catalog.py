@@ -1,0 +1,77 @@
+"""The curated-model catalog: read strictly, every mistake named with its place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from loop_core import CatalogError, load_catalog
+from loop_core.cli import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "catalog.yml"
+
+GOOD = """\
+schema: 1
+models:
+  - id: tiny-7b
+    hf_repos: [acme/Tiny-7B-AWQ, acme/Tiny-7B]
+  - id: no-repos-yet
+    hf_repos: []
+composes:
+  - name: vllm/minimal
+    model: tiny-7b
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "catalog.yml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_the_example_catalog_and_a_small_one_load(tmp_path: Path) -> None:
+    example = load_catalog(EXAMPLE)
+    assert example.curated_model("Lorbus/Qwen3.6-27B-int4-AutoRound") == "qwen3.6-27b"
+    small = load_catalog(write(tmp_path, GOOD))
+    assert small.models == (("tiny-7b", ("acme/Tiny-7B-AWQ", "acme/Tiny-7B")), ("no-repos-yet", ()))
+    assert small.curated_model(" acme/Tiny-7B ") == "tiny-7b" and small.curated_model("acme/other") is None
+    assert small.compose_for("tiny-7b", None) == "vllm/minimal"
+    assert load_catalog(write(tmp_path, "")).models == ()  # an empty file is an empty catalog
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("models: 5\n", "models must be a list, got int"),
+    ("composes: 5\n", "composes must be a list, got int"),
+    ("models: {id: x}\n", "models must be a list, got dict"),
+    ("- id: x\n", "a catalog is a mapping with schema, models and composes, got list"),
+    (GOOD.replace("hf_repos:", "hf-repos:", 1), "models[0]: unknown keys ['hf-repos'] (expected id, hf_repos)"),
+    (GOOD.replace("schema: 1", "modles: []"), "unknown keys ['modles'] (expected schema, models, composes)"),
+    (GOOD.replace("schema: 1", "schema: 7"), "schema must be 1, got 7"),
+    (GOOD + "models: []\n", "duplicate key 'models'"),
+    (GOOD.replace("[acme/Tiny-7B-AWQ, acme/Tiny-7B]", "[null]"), "models[0] tiny-7b: hf_repos must be a list of"),
+    (GOOD.replace("[acme/Tiny-7B-AWQ, acme/Tiny-7B]", "acme/Tiny-7B"), "models[0] tiny-7b: hf_repos must be a list of"),
+    (GOOD.replace("id: tiny-7b", "id: 7"), "models[0]: needs an id (text)"),
+    (GOOD.replace("model: tiny-7b", "model: [tiny-7b]"), "composes[0] vllm/minimal: model must be a model id"),
+    ("models: [" * 3000 + "]" * 3000 + "\n", "invalid YAML"),
+])
+def test_a_malformed_catalog_is_one_error_naming_the_place(tmp_path: Path, text: str, problem: str) -> None:
+    """Each of these used to crash (exit 70), or to be read as an empty or other catalog,
+    which demotes every curated anchor without a word."""
+    path = write(tmp_path, text)
+    with pytest.raises(CatalogError) as info:
+        load_catalog(path)
+    assert problem in str(info.value) and str(path) in str(info.value)
+    result = CliRunner().invoke(cli, ["trust", "--catalog", str(path), str(ROOT / "examples" / "pull-captures")])
+    assert result.exit_code == 2 and problem in result.output and "internal error" not in result.output
+
+
+def test_an_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
+    for prev, name in zip("abcdefgh", "bcdefghi"):
+        levels.append(f"{name}: &{name} [{', '.join(['*' + prev] * 10)}]")
+    path = write(tmp_path, "\n".join(levels) + "\nmodels: [{id: x, hf_repos: [*i]}]\n")
+    with pytest.raises(CatalogError, match="anchors are not allowed"):  # refused before anything expands
+        load_catalog(path)
