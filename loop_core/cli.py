@@ -503,8 +503,9 @@ def _trust_table(rows: Iterable[dict[str, Any]]) -> int:
             continue
         counted = row["stage"] or "no stage"  # a gate-only bundle
         stages[counted] = stages.get(counted, 0) + 1
-        click.echo(f"{name:40}  {row['stage'] or '-':10} {str(row['reason'] or 'gate-only bundle'):32} "
-                   f"{', '.join(row['graduation_set'] or [])}")
+        # Capability names are the capture's own keys: escaped like any capture text.
+        click.echo(f"{name:40}  {row['stage'] or '-':10} {_shown(row['reason'] or 'gate-only bundle'):32} "
+                   f"{_shown(', '.join(map(str, row['graduation_set'] or [])))}")
     summary = ", ".join(f"{k} {v}" for k, v in sorted(stages.items()))
     click.echo(f"\n{sum(stages.values()) + bad} bundle(s): {summary}" + (f"; {bad} unreadable" if bad else ""))
     return bad

@@ -104,3 +104,21 @@ def test_a_hand_edited_review_file_does_not_break_the_report(tmp_path: Path) -> 
     (captures / "_review-queue" / "dddddddddddd.json").write_text('{"occurrences": 5, "model_slug": ["x"]}')
     cli("report", captures, "--out", tmp_path / "r.html")
     assert '<td class="num">?</td>' in (tmp_path / "r.html").read_text(encoding="utf-8")
+
+
+def test_capability_names_in_the_trust_table_stay_text(tmp_path: Path) -> None:
+    """The GRADUATES column printed a capture's capability names raw: an escape sequence
+    there could clear the screen, and a newline broke the table."""
+    from click.testing import CliRunner
+
+    from loop_core.cli import cli
+
+    hostile = "\x1b[2J\x1b[31mcap\nNEWLINE\rCR"
+    write_bundle(tmp_path / "m" / "1", make_bundle({
+        "pt3": {"ok": True, "failure": None},
+        "pt4": {"results": {"plain-chat": "green", hostile: "green"}},
+        "manifest": {"outcome": "ok", "smoke_capability_set": ["plain-chat", hostile]}}))
+    out = CliRunner().invoke(cli, ["trust", "--promote", str(tmp_path)]).output
+    assert "\x1b" not in out and "\r" not in out
+    (row,) = [line for line in out.splitlines() if line.startswith("m/1")]
+    assert "\\x1b[2J\\x1b[31mcap\\nNEWLINE\\rCR" in row
