@@ -238,7 +238,7 @@ def trust_rows(paths: Iterable[str | os.PathLike[str]], *, catalog: str | os.Pat
     """
     from .catalog import load_catalog
     from .plugins import make_plugin_manager
-    from .trust import ConsensusIndex, trust_of
+    from .trust import ConsensusIndex, graduation_set, trust_of
 
     pm = pm or make_plugin_manager()
     cat = load_catalog(catalog)
@@ -248,9 +248,13 @@ def trust_rows(paths: Iterable[str | os.PathLike[str]], *, catalog: str | os.Pat
         index = ConsensusIndex()
         for path in discover_bundles(prior_paths):
             try:
-                index.add(read_bundle(path, limits=limits))
+                prior = read_bundle(path, limits=limits)
             except BundleError:
                 continue  # an unreadable prior simply does not count
+            if not prior.is_gate_only and graduation_set(prior):
+                # Consensus is other submissions that saw this configuration work, as in
+                # `run`: a submission whose every capability failed vouches for nothing.
+                index.add(prior)
     for path in discover_bundles(paths):
         row: dict[str, Any] = {"bundle": path_text(path)}
         try:

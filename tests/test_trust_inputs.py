@@ -1,4 +1,4 @@
-"""The curated-model catalog: read strictly, every mistake named with its place."""
+"""The trust pipeline's inputs: the curated-model catalog, read strictly, and consensus priors."""
 
 from __future__ import annotations
 
@@ -75,3 +75,37 @@ def test_an_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
     path = write(tmp_path, "\n".join(levels) + "\nmodels: [{id: x, hf_repos: [*i]}]\n")
     with pytest.raises(CatalogError, match="anchors are not allowed"):  # refused before anything expands
         load_catalog(path)
+
+
+# -- consensus ------------------------------------------------------------------
+
+GREEN = {"pt3": {"ok": True, "failure": None}, "pt4": {"results": {"plain-chat": "green", "streaming": "red"}},
+         "manifest": {"outcome": "ok", "smoke_capability_set": ["plain-chat", "streaming"]}}
+
+
+def _twin(ts: str, *, green: bool) -> dict:  # type: ignore[type-arg]
+    twin = {key: dict(value) for key, value in GREEN.items()}
+    twin["manifest"] = {**GREEN["manifest"], "utc_ts": ts}
+    if not green:
+        twin["manifest"]["outcome"] = "failed"
+        twin["pt4"] = {"results": {"plain-chat": "red", "streaming": "red"}}
+    return twin
+
+
+@pytest.mark.parametrize("green, stage", [(True, "validated"), (False, "candidate")])
+def test_only_a_prior_that_saw_the_configuration_work_counts_toward_consensus(tmp_path: Path, green: bool,
+                                                                            stage: str) -> None:
+    """`trust --priors` counted a submission whose every capability failed, so the same
+    folder got other stages from `trust` than from `run`, which indexes successes only."""
+    import json
+
+    from loop_core.testing import make_bundle, write_bundle
+
+    write_bundle(tmp_path / "anchor" / "20260801T093000Z", make_bundle(GREEN))
+    write_bundle(tmp_path / "twin" / "20260806T093000Z", make_bundle(_twin("20260806T093000Z", green=green)))
+    result = CliRunner().invoke(cli, ["trust", "--format", "jsonl", "--priors", str(tmp_path),
+                                      str(tmp_path / "anchor")])
+    (row,) = [json.loads(line) for line in result.stdout.splitlines()]
+    assert row["stage"] == stage
+    run = CliRunner().invoke(cli, ["run", str(tmp_path), "--dry-run", "--format", "json"])
+    assert json.loads(run.stdout)["anchors"][stage] >= 1
