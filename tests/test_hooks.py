@@ -304,6 +304,34 @@ def test_hook_loop_evaluate_trust(pm: pluggy.PluginManager, register_plugin: Reg
     assert isinstance(gate, EngineAllowList) and gate.calls == 2
 
 
+class BootSeen:
+    """Records the boot file of every anchor the trust hook is offered; decides nothing."""
+
+    def __init__(self) -> None:
+        self.boots: list[Any] = []
+
+    @hookimpl(tryfirst=True)
+    def loop_evaluate_trust(self, bundle: Any, catalog: Any, priors: Any, maintainer_promoted: bool,
+                            consensus_n: int) -> Any:
+        self.boots.append(bundle.pt3)
+        return None
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_the_trust_hook_gets_the_whole_anchor_from_run_as_from_trust(cli_uses_pm: pluggy.PluginManager,
+                                                                     register_plugin: Register, tmp_path: Path,
+                                                                     jobs: str) -> None:
+    """run (and report) offered a copy without the download, boot and override files,
+    so a hook reading bundle.pt3 decided otherwise there than under `trust`."""
+    for i in range(6):
+        write_bundle(tmp_path / f"m{i}" / "1", make_bundle(_anchor(f"vllm/vllm-openai:v0.{i}")))
+    seen = register_plugin(BootSeen(), "acme-boot-seen")
+    result = _cli("run", tmp_path, "--dry-run", "--jobs", jobs)
+    assert result.exit_code == 0, result.stderr
+    assert len(seen.boots) == 6
+    assert all(isinstance(boot, dict) and boot.get("ok") is True for boot in seen.boots)
+
+
 # -- loop_draft_issue --------------------------------------------------------
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pull-captures"
