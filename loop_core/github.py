@@ -440,7 +440,12 @@ class GitHubTracker:
         """Spool this occurrence; after an outage, the rest of the run too."""
         reason = f"gh-degraded:{step} rc={r.returncode}"
         said = next((line.strip() for line in (r.stderr or "").splitlines() if line.strip()), "no message")
-        self.problems[f"`gh {step.replace('-', ' ')}` failed (exit {r.returncode}): {said}"] = None
+        if r.ok:  # it ran, but its output is not what the call asks for
+            first = next((line.strip() for line in (r.stdout or "").splitlines() if line.strip()), "")
+            said = f"its output is not the JSON asked for: {first[:80]!r}" if first else "it printed nothing"
+            self.problems[f"`gh {step.replace('-', ' ')}` answered unreadably: {said}"] = None
+        else:
+            self.problems[f"`gh {step.replace('-', ' ')}` failed (exit {r.returncode}): {said}"] = None
         self._failures += 1
         if r.returncode in _OUTAGE or step == "label-list" or self._failures >= 3:
             self._down = reason

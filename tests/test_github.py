@@ -505,8 +505,11 @@ def test_raising_runner_and_bad_json_degrade(captures: Path, fake_clock: FakeClo
         return GhResult(True, 0, "<html>rate limited</html>", "")
 
     # An unreadable issue list is not "no candidates" (reference §8.4.6): no duplicate is opened.
-    result = GitHubTracker(captures, runner=garbage).file(draft, occ)
+    tracker = GitHubTracker(captures, runner=garbage)
+    result = tracker.file(draft, occ)
     assert (result.action, result.reason) == (FileAction.SPOOLED, "gh-degraded:issue-list rc=0")
+    assert list(tracker.problems) == [
+        "`gh issue list` answered unreadably: its output is not the JSON asked for: '<html>rate limited</html>'"]
 
 
 # -- pacing and caps -----------------------------------------------------------
