@@ -97,7 +97,9 @@ _SECRETS = (
     # variable or a logged dict ("OPENAI_API_KEY=sk-...", "'api_key': ['sk-...']",
     # '"hf_token": "..."', "password=...", "x-api-key: ..."); the value may be quoted
     # or the first item of a list.
-    (re.compile(r"(?i)(?<![A-Za-z0-9])((?:[A-Za-z0-9_.-]*[_.-])?(?:token|api[_-]?key|secret|password|passwd|"
+    # (The name is matched from its credential word on, which must start a word or follow
+    # a "_", "." or "-": trying a whole name at every position of a long log cost more.)
+    (re.compile(r"(?i)(?<![A-Za-z0-9])((?:token|api[_-]?key|secret|password|passwd|"
                 r"access[_-]?key|private[_-]?key|credentials?)[\"']?)(\s*[=:]\s*)(\[\s*)?([\"']?)"
                 r"(?!<)[^\s\"',;\[\])}]+"),
      r"\1\2\3\4<REDACTED>"),
