@@ -86,34 +86,38 @@ def load_catalog(path: str | os.PathLike[str] | None) -> Catalog:
     models = []
     for i, entry in enumerate(_entries(doc, "models", where)):
         place = f"{where}: models[{i}]"
-        if not isinstance(entry, dict):
-            raise CatalogError(f"{place}: must be a mapping with id and hf_repos, got {type(entry).__name__}")
-        _known(entry, _MODEL_KEYS, place)
-        if not isinstance(entry.get("id"), str) or not entry["id"].strip():
-            raise CatalogError(f"{place}: needs an id (text)")
+        model_id = _named(entry, place, _MODEL_KEYS)
         repos = entry.get("hf_repos")
         repos = [] if repos is None else repos
         if not isinstance(repos, list) or not all(isinstance(r, str) and r.strip() for r in repos):
-            raise CatalogError(f"{place} {entry['id']}: hf_repos must be a list of repository names (text)")
-        models.append((entry["id"], tuple(repos)))
+            raise CatalogError(f"{place} {model_id}: hf_repos must be a list of repository names (text)")
+        models.append((model_id, tuple(repos)))
     composes = []
     for i, entry in enumerate(_entries(doc, "composes", where)):
         place = f"{where}: composes[{i}]"
-        if not isinstance(entry, dict):
-            raise CatalogError(f"{place}: must be a mapping with name and model, got {type(entry).__name__}")
-        _known(entry, _COMPOSE_KEYS, place)
-        if not isinstance(entry.get("name"), str) or not entry["name"].strip():
-            raise CatalogError(f"{place}: needs a name (text)")
+        name = _named(entry, place, _COMPOSE_KEYS)
         model = entry.get("model")
         if model is not None and not isinstance(model, str):
-            raise CatalogError(f"{place} {entry['name']}: model must be a model id (text)")
-        composes.append((entry["name"], model or ""))
+            raise CatalogError(f"{place} {name}: model must be a model id (text)")
+        composes.append((name, model or ""))
     return Catalog(tuple(models), tuple(composes))
 
 
 _TOP_KEYS = ("schema", "models", "composes")
 _MODEL_KEYS = ("id", "hf_repos")
 _COMPOSE_KEYS = ("name", "model")
+
+
+def _named(entry: Any, place: str, keys: tuple[str, str]) -> str:
+    """The name (``keys[0]``: a model's id, a compose's name) of a catalog entry that is
+    a mapping of ``keys`` only."""
+    if not isinstance(entry, dict):
+        raise CatalogError(f"{place}: must be a mapping with {' and '.join(keys)}, got {type(entry).__name__}")
+    _known(entry, keys, place)
+    name = entry.get(keys[0])
+    if not isinstance(name, str) or not name.strip():
+        raise CatalogError(f"{place}: needs a{'n' if keys[0] == 'id' else ''} {keys[0]} (text)")
+    return name
 
 
 def _known(mapping: dict[Any, Any], keys: tuple[str, ...], place: str) -> None:
