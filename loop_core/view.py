@@ -183,7 +183,7 @@ def _final_error(bundle: Bundle) -> str:
     line; without that, the last non-blank line.
     """
     text = error_source(bundle)[1]
-    tagged = last = wrapper = None
+    tagged = last = None
     for raw in reversed_lines(text):
         line = raw.strip()
         if not line:

@@ -142,9 +142,9 @@ def test_a_failing_example_names_the_part_of_when_that_decided(tmp_path: Path) -
     result = invoke("test", "--rules", str(tmp_path), "--examples-only")
     assert result.exit_code == 1
     assert result.output.splitlines() == [
-        f"FAIL {tmp_path}/10.yml[0] three-parts examples.match[0]: expected match, got no match "
-        "($.signal.final_error regex '^RuntimeError' did not hold: value 'vllm | RuntimeError: the frobnicator "
-        "broke')",
+        (f"FAIL {tmp_path}/10.yml[0] three-parts examples.match[0]: expected match, got no match "
+         "($.signal.final_error regex '^RuntimeError' did not hold: value 'vllm | RuntimeError: the frobnicator "
+         "broke')"),
         "0 passed, 1 failed"]
     check = invoke("check", "--rules", str(tmp_path))
     assert "did not hold: value 'vllm | RuntimeError: the frobnicator broke'" in check.output

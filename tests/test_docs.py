@@ -67,7 +67,7 @@ def _blocks(pattern: re.Pattern[str]) -> list[Any]:
 # it: a script run in a folder holding copies of the example captures and catalog,
 # and exactly what it prints.
 _SCRIPT = re.compile(
-    r"<!--\s*script\s*-->\n```python\n(?P<body>.*?)^```\n\n```text\n(?P<out>.*?)^```", re.S | re.M)
+    r"<!--\s*script\s*-->\n```python\n(?P<body>.*?)^```\n\n```text\n(?P<out>.*?)^```", re.DOTALL | re.MULTILINE)
 
 RULE_BLOCKS = _blocks(_RULE_FILE)
 PLUGIN_BLOCKS = _blocks(_PLUGIN)
