@@ -115,7 +115,7 @@ def waiting_fingerprint(queue: ReviewQueue, dedup_hash: str, engine: Engine) -> 
     for occurrence in occurrence_list(doc, queue.directory / f"{dedup_hash}.json"):
         where = occurrence_bundle(occurrence, captures)
         item = process_bundle(where, engine) if where is not None else None
-        if item is not None and item.verdict is not None and item.verdict.review_queue:
+        if item is not None and item.review is not None:  # it would be queued for review still
             return item.verdict.fingerprint, item.verdict.error_substring
     fingerprint = review_fingerprint(doc)
     decided = engine.pack.exact.get(fingerprint)
@@ -156,7 +156,7 @@ def settle_review_entry(queue: ReviewQueue, dedup_hash: str, engine: Engine, fin
         if item is None or item.error is not None or item.verdict is None:
             decided = own
         else:
-            decided = not item.verdict.review_queue
+            decided = item.review is None
             if not decided and settled.payload is None and item.review is not None:
                 settled.payload = item.review
         if decided and isinstance(occurrence.get("submission"), str):

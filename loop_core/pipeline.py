@@ -73,10 +73,10 @@ from .trackers import (
     review_payload,
 )
 from .trust import ConsensusIndex, graduation_set, trust_of
-from .verdict import Classification, FailureClass
+from .verdict import Classification, FailureClass, Tier
 from .view import View
 
-__all__ = ["Processed", "RunSummary", "is_failure", "process_bundle", "run_captures"]
+__all__ = ["Processed", "RunSummary", "dismissed", "is_failure", "process_bundle", "run_captures"]
 
 
 def is_failure(bundle: Bundle) -> bool:
@@ -138,11 +138,12 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
         return Processed(path, verdict=verdict, anchor=anchor)
     occurrence = occurrence_of(bundle) if prepare else None
     settles = None
-    if queued and prepare and not verdict.review_queue:
+    to_review = verdict.failure_class is FailureClass.UNKNOWN and not dismissed(verdict)
+    if queued and prepare and not to_review:
         was = dedup_key(bundle, FailureClass.UNKNOWN.value).digest()
         settles = was if was in queued else None
     draft = review = None
-    if prepare and verdict.review_queue:
+    if prepare and to_review:
         key = dedup_key(bundle, FailureClass.UNKNOWN.value)
         review = review_payload(key.digest(), canonical_payload(bundle, key), verdict.error_substring,
                                 bundle.manifest.get("model"), bundle.manifest.get("utc_ts"),
@@ -167,6 +168,13 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
             _check_draft(draft, bundle, verdict, plugins)
     return Processed(path, verdict=verdict, failure=True, draft=draft, occurrence=occurrence,
                      review=review, anchor=anchor, settles=settles)
+
+
+def dismissed(verdict: Classification) -> bool:
+    """Whether an ``unknown`` was decided to stay unknown (the exact table's ``unknown``
+    entries, a Tier-2 ``Match(review=False)``): it is not queued for review again. Every
+    other ``unknown`` is, Tier-1's too (whose verdicts never say ``review_queue``)."""
+    return verdict.failure_class is FailureClass.UNKNOWN and verdict.tier is Tier.TIER2 and not verdict.review_queue
 
 
 def _other_drafters(pm: Any) -> tuple[str, ...]:
@@ -544,11 +552,11 @@ def _route(item: Processed, summary: RunSummary, filer: _Filer) -> None:
         summary.successes += 1
         return
     summary.by_class[verdict.failure_class.value] += 1
-    dismissed = verdict.failure_class is FailureClass.UNKNOWN and not verdict.review_queue
+    decided_unknown = dismissed(verdict)
     if summary.dry_run:  # nothing was drafted (process_bundle(prepare=False)): count what a run would do
         if verdict.failure_class is FailureClass.BENIGN_COLD_START:
             summary.suppressed += 1
-        elif dismissed:
+        elif decided_unknown:
             summary.dismissed += 1
         elif verdict.should_file:
             summary.would_file += 1
@@ -559,7 +567,7 @@ def _route(item: Processed, summary: RunSummary, filer: _Filer) -> None:
     if item.counted:  # the tracker had counted this capture before: nothing to file
         summary.already_counted += 1
         return
-    if dismissed:  # a maintainer decided it stays unknown (the exact table): not queued again
+    if decided_unknown:  # a maintainer decided it stays unknown (the exact table): not queued again
         summary.dismissed += 1
         return
     if verdict.failure_class is FailureClass.BENIGN_COLD_START or (item.draft is None and item.review is None):

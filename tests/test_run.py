@@ -690,3 +690,26 @@ def test_capture_text_cannot_drive_the_terminal(captures: Path) -> None:
     for out in outputs:
         assert "\x1b" not in out and "\x07" not in out
     assert "\\x1b]0;OWNED\\x07" in outputs[1]  # shown, escaped
+
+
+def test_an_unknown_from_a_tier1_plugin_is_still_queued_for_review(tmp_path: Path) -> None:
+    """Tier-1 verdicts never say review_queue (CONTRACTS §3.7), yet the run has always
+    queued their unknowns; only the exact table's decided unknowns are dismissed."""
+    from loop_core import Match, Matcher, Tier, hookimpl, make_plugin_manager
+    from loop_core.testing import make_bundle, write_bundle
+
+    class BusFault:
+        @hookimpl
+        def loop_register_matchers(self, register: Any) -> None:
+            register(Matcher("acme-bus", Tier.TIER1, 5, lambda ctx: Match("unknown", "acme-bus")
+                             if "fallen off the bus" in ctx.view.signal("error_text_lower") else None))
+
+    write_bundle(tmp_path / "c" / "m" / "1", make_bundle("NVRM: Xid 79, GPU has fallen off the bus."))
+    engine = Engine.build("default", make_plugin_manager(entry_points=False, plugins=[BusFault()]))
+    tracker = SqliteTracker.for_captures(tmp_path / "c")
+    try:
+        summary = run_captures(tmp_path / "c", engine, tracker)
+    finally:
+        tracker.close()
+    assert (summary.review_queued, summary.dismissed) == (1, 0)
+    assert len(list((tmp_path / "c" / "_review-queue").glob("*.json"))) == 1
