@@ -77,10 +77,17 @@ TUPLE_FIELDS = DedupKey._fields
 # match any case: the error substring is lower-cased before it is shown. A token's
 # body takes "_" too, so two tokens written one after the other ("hf_AAA...hf_BBB...")
 # go as one, instead of the first stopping at the second's "_" and leaving its body.
+# The start of a credential assignment up to its value (group 1 is left open: each
+# pattern below closes it after what it keeps).
+_CREDENTIAL = (r"(?i)(?<![A-Za-z0-9])((?:token|api[_-]?key|secret|password|passwd|access[_-]?key|"
+               r"private[_-]?key|credentials?)[\"']?\s*[=:]\s*")
 _SECRETS = (
-    # First: a header value runs to the end of its line, and no pattern below may
-    # take its name ("...KEY==Cookie: ...") into a value of its own.
-    (re.compile(r"(?i)((?:set-)?cookie:\s*)[^\r\n]+"), r"\1<REDACTED>"),
+    # First, so that no pattern below takes the header's name ("...KEY==Cookie: ...")
+    # into a value of its own: a Cookie header's name=value pairs, written as a header
+    # or as a logged dict ("'Cookie': 'sid=...'"), up to the first space (the error
+    # substring has its newlines collapsed: what follows the header is kept).
+    (re.compile(r"(?i)((?:set-)?cookie[\"']?\s*[:=]\s*[\"']?)(?:(?:(?!(?:set-)?cookie\b)[^\s;=,\"'])+=(?:(?!(?:set-)?cookie\b)[^\s;,\"'])*(?:;[^\S\n]*)?)+"),
+     r"\1<REDACTED>"),
     (re.compile(r"(?<![A-Za-z0-9])hf_[A-Za-z0-9_]{30,}"), "hf_<REDACTED>"),
     (re.compile(r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9_]{30,}|github_pat_[A-Za-z0-9_]{20,})"),
      "<REDACTED-GITHUB-TOKEN>"),
@@ -95,19 +102,20 @@ _SECRETS = (
      r"\1\2<REDACTED>"),
     # Any name that ends in a credential word, as an assignment, an environment
     # variable or a logged dict ("OPENAI_API_KEY=sk-...", "'api_key': ['sk-...']",
-    # '"hf_token": "..."', "password=...", "x-api-key: ..."); the value may be quoted
-    # or the first item of a list.
+    # '"hf_token": "..."', "password=...", "x-api-key: ..."): a list of values whole,
+    # a quoted value to its closing quote (spaces and commas included), a bare value
+    # to the next space or punctuation. Not a tokenizer's special token ("<s>",
+    # "[PAD]") nor None/null/true/false.
     # (The name is matched from its credential word on, which must start a word or follow
     # a "_", "." or "-": trying a whole name at every position of a long log cost more.)
-    (re.compile(r"(?i)(?<![A-Za-z0-9])((?:token|api[_-]?key|secret|password|passwd|"
-                r"access[_-]?key|private[_-]?key|credentials?)[\"']?)(\s*[=:]\s*)(\[\s*)?([\"']?)"
-                r"(?!<)[^\s\"',;\[\])}]+"),
-     r"\1\2\3\4<REDACTED>"),
+    (re.compile(_CREDENTIAL + r"\[)(?=\s*[\"'])[^\]\n]*(\])"), r"\1<REDACTED>\2"),
+    (re.compile(_CREDENTIAL + r")b?(?:\"(?![<\[])[^\"\n]+\"|'(?![<\[])[^'\n]+')"), r"\1'<REDACTED>'"),
+    (re.compile(_CREDENTIAL + r")(?![<\[]|(?:none|null|true|false)\b)[^\s\"',;\[\])}]+"), r"\1<REDACTED>"),
     # The same as a command-line flag: "--api-key sk-...", "--hf-token=hf_...".
     (re.compile(r"(?i)(--(?:[a-z0-9]+-)*(?:token|api-key|key|secret|password))(\s+|=)([\"']?)(?![-<])"
                 r"[^\s\"']+"),
      r"\1\2\3<REDACTED>"),
-    (re.compile(r"(?i)(authorization\s*[:=]\s*(?:bearer|token|basic)\s+)[^\s\"']+"), r"\1<REDACTED>"),
+    (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?(?:bearer|token|basic)\s+)[^\s\"']+"), r"\1<REDACTED>"),
     # The look-behind keeps this linear: without it a long run of letters is tried
     # from every position (quadratic: a 100 KB log line took minutes).
     (re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"),
@@ -127,12 +135,14 @@ _BACKTICKS = re.compile(r"`+")
 # Most text holds none of them: a substring test then spares the regex. Sound
 # for ASCII text, where lower() is exact; other text runs every pattern.
 _SECRET_GUARDS: tuple[tuple[tuple[str, ...], bool], ...] = (
-    (("cookie:",), True),
+    (("cookie",), True),
     (("hf_",), False),
     (("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), False),
     (("akia", "asia", "agpa", "aida", "aroa"), True),
     (("aws_s",), True),
     (("token", "key"), True),
+    (("token", "key", "secret", "passw", "credential"), True),
+    (("token", "key", "secret", "passw", "credential"), True),
     (("token", "key", "secret", "passw", "credential"), True),
     (("--",), False),
     (("authorization",), True),
