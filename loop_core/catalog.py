@@ -81,7 +81,8 @@ def load_catalog(path: str | os.PathLike[str] | None) -> Catalog:
         raise CatalogError(f"{where}: a catalog is a mapping with schema, models and composes, "
                            f"got {type(doc).__name__}")
     _known(doc, _TOP_KEYS, str(where))
-    if doc.get("schema", 1) != 1:
+    schema = doc.get("schema", 1)
+    if type(schema) is not int or schema != 1:  # not True, not 1.0
         raise CatalogError(f"{where}: schema must be 1, got {doc['schema']!r}")
     models = []
     for i, entry in enumerate(_entries(doc, "models", where)):

@@ -50,6 +50,8 @@ def test_the_example_catalog_and_a_small_one_load(tmp_path: Path) -> None:
     (GOOD.replace("hf_repos:", "hf-repos:", 1), "models[0]: unknown keys ['hf-repos'] (expected id, hf_repos)"),
     (GOOD.replace("schema: 1", "modles: []"), "unknown keys ['modles'] (expected schema, models, composes)"),
     (GOOD.replace("schema: 1", "schema: 7"), "schema must be 1, got 7"),
+    (GOOD.replace("schema: 1", "schema: true"), "schema must be 1, got True"),
+    (GOOD.replace("schema: 1", "schema: 1.0"), "schema must be 1, got 1.0"),
     (GOOD + "models: []\n", "duplicate key 'models'"),
     (GOOD.replace("[acme/Tiny-7B-AWQ, acme/Tiny-7B]", "[null]"), "models[0] tiny-7b: hf_repos must be a list of"),
     (GOOD.replace("[acme/Tiny-7B-AWQ, acme/Tiny-7B]", "acme/Tiny-7B"), "models[0] tiny-7b: hf_repos must be a list of"),
