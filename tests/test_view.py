@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loop_core.testing import make_bundle
-from loop_core.view import View, reversed_lines
+from loop_core.view import View, names_exception, reversed_lines
 
 
 def final_error(text: str) -> str:
@@ -125,15 +127,19 @@ def test_the_final_error_is_found_far_from_the_end() -> None:
     assert final_error(text) == "ValueError: early"
 
 
+# The plain pattern names_exception() answers for, in one pass.
+SLOW_EXCEPTION_LINE = re.compile(r"\b(?:[A-Za-z_][\w.]*(?:Error|Exception)|AssertionError|Killed|Traceback)\b")
+
+
 def _kind_without_shortcuts(line: str) -> int:
     """What ``_error_kind`` means, every regex run on every line."""
-    from loop_core.view import _BARE_TRACEBACK, _ERROR_TAG, _EXCEPTION_LINE, _message
+    from loop_core.view import _BARE_TRACEBACK, _ERROR_TAG, _POINTS_ELSEWHERE, _SOURCE_LINES, _message
 
     message = _message(line)
-    if _BARE_TRACEBACK.match(message):
+    if _BARE_TRACEBACK.match(message) or message.lstrip().startswith(_SOURCE_LINES):
         return 0
-    if _EXCEPTION_LINE.search(line):
-        return 2
+    if SLOW_EXCEPTION_LINE.search(line):
+        return 3 if _POINTS_ELSEWHERE.search(line) else 2
     return 1 if _ERROR_TAG.match(message) else 0
 
 
@@ -142,6 +148,7 @@ _LINE_PIECES = st.sampled_from([
     "Killed", "killed", "Traceback (most recent call last):", "Traceback", "ERROR 05-26 07:50:26", "[BUG]",
     "[error]", "fatal", "FATAL:", "critical", "panic", "bug", "(EngineCore pid=12)", "[rank0]:", "vllm-1  |",
     "core.py:396]", "level=ERROR", ": ", ":", " ", ".", "x", "\u00e9", "AssertionError", "torch.cuda.OutOfMemoryError",
+    "    raise ", "except ", "See root cause above.", "see stack trace",
 ])
 
 
@@ -180,3 +187,12 @@ def test_a_tracebacks_source_lines_are_not_the_final_error() -> None:
     """`raise KeyError(name)` and `except Exception:` name exceptions without reporting one."""
     text = '  File "x.py", line 3, in f\n    raise KeyError(name)\nKeyError: \'x\'\n    except Exception:\n'
     assert final_error(text) == "KeyError: 'x'"
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(st.sampled_from(["a", "B", "_", "1", ".", " ", "Error", "Exception", "Killed", "Traceback",
+                                 "\u00e9", "-", "(", "E", "rror", "Exceptio"]), max_size=14))
+def test_names_exception_answers_as_the_plain_pattern(parts: list[str]) -> None:
+    """The one-pass check stands in for a pattern that took seconds on one long dotted line."""
+    line = "".join(parts)
+    assert names_exception(line) == bool(SLOW_EXCEPTION_LINE.search(line))
