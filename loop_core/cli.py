@@ -599,11 +599,19 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
         fingerprint, substring = waiting_fingerprint(queue, review_hash, Engine.build(str(rules_dir), pm))
         what, origin = f"review-queue entry {review_hash}", f"review {review_hash}"
     elif bundle is not None:
-        ctx = Engine.build(str(rules_dir), pm).context(_read_one_bundle(bundle))
+        read = _read_one_bundle(bundle)
+        ctx = Engine.build(str(rules_dir), pm).context(read)
         fingerprint, substring = ctx.fingerprint, ctx.error_substring
         what, origin = _shown(bundle), f"bundle {bundle.name}"
         if captures is not None:
+            from .keys import dedup_key
+            from .trackers import occurrence_list
+
             queue = ReviewQueue(captures)
+            review_hash = dedup_key(read, "unknown").digest()
+            doc = queue.entry(review_hash)  # a damaged entry stops learn before the table changes
+            if doc is not None:
+                occurrence_list(doc, queue.directory / f"{review_hash}.json")
     else:
         raise LoopClickError("give a BUNDLE or --review HASH --captures DIR")
     if not substring.strip():
@@ -614,19 +622,17 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
                              f"and engine; write a rule instead (on $.signal.abort_reason for a gate refusal)")
     added = learn_fingerprint(rules_dir, fingerprint, as_class, condition_kinds(pm), note=origin)
     settled = ""
-    if queue is not None:
-        from .keys import dedup_key
+    if queue is not None and review_hash:
         from .maintain import settle_review_entry
 
-        entry = review_hash or dedup_key(_read_one_bundle(bundle), "unknown").digest()  # type: ignore[arg-type]
-        taken, left = settle_review_entry(queue, entry, Engine.build(str(rules_dir), pm), fingerprint)
+        taken, left = settle_review_entry(queue, review_hash, Engine.build(str(rules_dir), pm), fingerprint)
         if taken and not left:
             settled = "; removed from the review queue"
         elif taken:
-            settled = (f"; {taken} occurrence(s) taken out of review-queue entry {entry}, {left} with "
+            settled = (f"; {taken} occurrence(s) taken out of review-queue entry {review_hash}, {left} with "
                        f"another error left in it")
         elif left:
-            settled = f"; review-queue entry {entry} kept: none of its {left} occurrence(s) is decided by this"
+            settled = f"; review-queue entry {review_hash} kept: none of its {left} occurrence(s) is decided by this"
     click.echo(f"{'learned' if added else 'already known'}: {fingerprint} -> {as_class} in "
                f"{rules_dir / 'exact.yml'}" + settled)
 

@@ -11,10 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .batch import classify_paths
-from .bundle import Bundle, path_text
+from .batch import classify_paths, discover_bundle_paths
+from .bundle import Bundle, path_text, read_bundle
 from .engine import Engine
-from .errors import LoopError
+from .dedup import occurrence_of
+from .errors import BundleError, LoopError
 from .keys import dedup_key, tier2_fingerprint
 from .pipeline import process_bundle
 from .rules import Rule, RulePack, load_rules, load_yaml_text
@@ -23,7 +24,7 @@ from .trackers import ReviewQueue, Settled, occurrence_list, write_texts_many
 from .verdict import FailureClass
 from .view import View
 
-__all__ = ["Change", "DiffReport", "Lint", "diff_packs", "learn", "lint_pack", "occurrence_bundle",
+__all__ = ["Change", "DiffReport", "Lint", "OccurrenceBundles", "diff_packs", "learn", "lint_pack",
            "review_fingerprint", "settle_review_entry", "waiting_fingerprint"]
 
 EXACT_FILE = "exact.yml"
@@ -86,42 +87,75 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
     return True
 
 
-def occurrence_bundle(occurrence: Any, captures: Path) -> Path | None:
-    """Where a review-queue occurrence's bundle is now, or None. The path was stored
-    as the run was given it, so a relative one is tried from here, from the captures
-    folder's parent and from the captures folder itself."""
-    found = occurrence.get("bundle") if isinstance(occurrence, dict) else None
-    if not isinstance(found, str) or not found:
+class OccurrenceBundles:
+    """Finds the bundle of a review-queue occurrence under a captures folder.
+
+    The path was stored as the run was given it, relative to wherever it ran, and
+    the folder may have moved since; so a bundle counts only when it holds the
+    occurrence's own submission. The stored path is tried from here, from the
+    captures folder's parent and from the folder itself; failing that, every
+    bundle under the folder is read once and looked up by submission (a folder
+    name that is not UTF-8, stored escaped, is found that way too).
+    """
+
+    def __init__(self, captures: Path) -> None:
+        self.captures = captures
+        self._by_submission: dict[str, str] | None = None
+
+    def find(self, occurrence: Any) -> Path | None:
+        if not isinstance(occurrence, dict) or not isinstance(occurrence.get("submission"), str):
+            return None
+        submission = occurrence["submission"]
+        found = occurrence.get("bundle")
+        if isinstance(found, str) and found:
+            path = Path(found)
+            for candidate in [path] if path.is_absolute() else [path, self.captures.parent / path,
+                                                                 self.captures / path]:
+                if candidate.is_dir() and _submission_of(candidate) == submission:
+                    return candidate
+        if self._by_submission is None:
+            self._by_submission = {}
+            for where in discover_bundle_paths([self.captures]):
+                held = _submission_of(Path(where))
+                if held is not None:
+                    self._by_submission.setdefault(held, where)
+        hit = self._by_submission.get(submission)
+        return Path(hit) if hit is not None else None
+
+
+def _submission_of(path: Path) -> str | None:
+    try:
+        return occurrence_of(read_bundle(path)).submission
+    except (BundleError, OSError):
         return None
-    path = Path(found)
-    tries = [path] if path.is_absolute() else [path, captures.parent / path, captures / path]
-    return next((p for p in tries if p.is_dir()), None)
 
 
 def waiting_fingerprint(queue: ReviewQueue, dedup_hash: str, engine: Engine) -> tuple[str, str]:
     """``(fingerprint, error substring)`` of what review-queue entry ``dedup_hash``
     still holds undecided under ``engine``'s pack: its first occurrence whose bundle
-    still reads and still classifies for review; the entry's own description when
-    none does. (An entry partly settled by a run that no longer saw its other
-    bundles is still described by an occurrence that has left it.)
+    is found and still classifies for review; else the entry's own description.
 
-    :raises LoopError: there is no such entry.
+    :raises LoopError: there is no such entry, or only a stale description of it
+        (see :meth:`ReviewQueue.settle`) and no bundle of it to learn from.
     :raises TrackerError: its file is damaged.
     """
     doc = queue.entry(dedup_hash)
     if doc is None:
         raise LoopError(f"{queue.directory.parent}: no review-queue entry {dedup_hash!r}")
-    captures = queue.directory.parent
+    bundles = OccurrenceBundles(queue.directory.parent)
     for occurrence in occurrence_list(doc, queue.directory / f"{dedup_hash}.json"):
-        where = occurrence_bundle(occurrence, captures)
+        where = bundles.find(occurrence)
         item = process_bundle(where, engine) if where is not None else None
         if item is not None and item.review is not None:  # it would be queued for review still
-            return item.verdict.fingerprint, item.verdict.error_substring
+            return item.verdict.fingerprint, item.verdict.error_substring  # type: ignore[union-attr]
+    if "described_by" in doc and doc["described_by"] is None:
+        raise LoopError(f"review-queue entry {dedup_hash}: the failure it was described by has been decided, "
+                        "and no bundle of the occurrences left in it can be found to learn from")
     fingerprint = review_fingerprint(doc)
     decided = engine.pack.exact.get(fingerprint)
     if decided is not None:
         raise LoopError(f"review-queue entry {dedup_hash}: the failure it is described by is decided already "
-                        f"({fingerprint} -> {decided}), and no bundle of the occurrences left in it can be read "
+                        f"({fingerprint} -> {decided}), and no bundle of the occurrences left in it can be found "
                         "to learn from")
     return fingerprint, str(doc.get("error_substring") or "")
 
@@ -147,11 +181,11 @@ def settle_review_entry(queue: ReviewQueue, dedup_hash: str, engine: Engine, fin
         return int(queue.remove(dedup_hash)), 0
     settled = Settled()
     own = doc.get("fingerprint") == fingerprint
-    captures = queue.directory.parent
+    bundles = OccurrenceBundles(queue.directory.parent)
     for occurrence in occurrences:
         if not isinstance(occurrence, dict):
             continue  # kept: nothing to decide it by
-        where = occurrence_bundle(occurrence, captures)
+        where = bundles.find(occurrence)
         item = process_bundle(where, engine) if where is not None else None
         if item is None or item.error is not None or item.verdict is None:
             decided = own

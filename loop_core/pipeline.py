@@ -152,6 +152,7 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
         # Beyond the reference's fields: what a maintainer reads first.
         review["final_error"] = sanitize(View.of(bundle).signal("final_error") or bundle.abort_reason or "")
         review["fingerprint"] = verdict.fingerprint
+        review["described_by"] = occurrence.submission if occurrence is not None else None
     elif prepare and verdict.should_file:
         assert occurrence is not None
         # "is True": a tracker's other answers (a plugin's "no", say) must not skip the filing.

@@ -656,12 +656,34 @@ class ReviewQueue:
                     else:
                         if settled.payload is not None:
                             doc.update(settled.payload)
+                        elif _described_by(doc, occurrences) in settled.submissions:
+                            # What described the entry has left it, and no occurrence still
+                            # unknown was seen to describe it anew: say so, not the old text.
+                            doc.update(STALE_DESCRIPTION)
                         doc["occurrences"] = kept
                         write_texts_many([(path, dumps_indented(doc, sort_keys=True))])
                 except OSError as e:
                     raise TrackerError(f"{path}: cannot update the review queue: {e.strerror or e}") from e
                 removed += len(occurrences) - len(kept)
         return removed
+
+
+# What a review-queue entry says when the occurrence it was described by has been
+# decided and none left in it could be seen (ReviewQueue.settle).
+STALE_DESCRIPTION = {
+    "described_by": None, "fingerprint": None, "error_substring": "",
+    "final_error": "(the failure this entry was described by has been decided; the bundles of the "
+                   "occurrences left were not found in the last run)",
+}
+
+
+def _described_by(doc: dict[str, Any], occurrences: list[Any]) -> Any:
+    """The submission whose failure an entry's text describes: as written, or for an
+    entry written before that was kept, its first occurrence's."""
+    if "described_by" in doc:
+        return doc["described_by"]
+    first = occurrences[0] if occurrences else None
+    return first.get("submission") if isinstance(first, dict) else None
 
 
 @dataclass(slots=True)

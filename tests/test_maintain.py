@@ -231,6 +231,58 @@ def test_a_damaged_entry_a_run_would_settle_is_a_warning_not_the_end_of_the_run(
     assert warning.startswith("review queue: ") and "unreadable file" in warning and warning.endswith("not settled")
 
 
+def test_learn_finds_each_occurrences_own_bundle_wherever_the_run_was_made(
+        pack: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stored paths are relative to where the run was made: two levels deep, they did
+    not resolve from elsewhere (both occurrences were taken for the learned one), and an
+    unrelated bundle at the same relative path here was taken for the occurrence's."""
+    work = tmp_path / "work"
+    _two_errors_one_entry(work / "data" / "captures")
+    other = work / "data" / "captures" / "m" / "20260802T000000Z"
+    odd = other.parent / os.fsdecode(b"2026\xff0802")  # a folder name that is not UTF-8, stored escaped
+    other.rename(odd)
+    monkeypatch.chdir(work)
+    invoke("run", "data/captures", "--rules", str(pack))
+    (entry,) = _queue(Path("data/captures"))
+    elsewhere = tmp_path / "elsewhere"
+    write_bundle(elsewhere / "data" / "captures" / "m" / "20260801T000000Z", make_bundle("ValueError: zzz"))
+    monkeypatch.chdir(elsewhere)
+    result = invoke("learn", "--review", entry["dedup_hash"], "--captures", str(work / "data" / "captures"),
+                    "--as", "kernel-unsupported", "--rules", str(pack))
+    assert f"'{entry['fingerprint']}': kernel-unsupported" in (pack / "exact.yml").read_text()
+    assert "1 occurrence(s) taken out" in result.output and "1 with another error left in it" in result.output
+
+
+def test_an_entry_whose_description_was_decided_says_so(pack: Path, tmp_path: Path) -> None:
+    """A run that takes out the occurrence an entry is described by, and sees none of
+    the others, used to leave the old text: learn then pinned the decided failure."""
+    captures = tmp_path / "captures"
+    _two_errors_one_entry(captures)
+    invoke("run", str(captures), "--rules", str(pack))
+    shutil.move(str(captures / "m" / "20260802T000000Z"), str(tmp_path / "moved-away"))
+    (pack / "05-frobnicator.yml").write_text(NOVEL_RULE)
+    summary = json.loads(invoke("run", str(captures), "--rules", str(pack), "--format", "json").output)
+    assert summary["review_settled"] == 1
+    (entry,) = _queue(captures)
+    assert entry["fingerprint"] is None and "has been decided" in entry["final_error"]
+    result = invoke("learn", "--review", entry["dedup_hash"], "--captures", str(captures), "--as", "genuine-oom",
+                    "--rules", str(pack))
+    assert result.exit_code == 2 and "the failure it was described by has been decided" in result.output
+    assert not (pack / "exact.yml").exists()
+
+
+def test_learn_from_a_bundle_leaves_the_table_alone_when_its_entry_is_damaged(pack: Path, tmp_path: Path) -> None:
+    captures = tmp_path / "captures"
+    bundle = write_bundle(captures / "m" / "20260801T000000Z", make_bundle(NOVEL))
+    invoke("run", str(captures), "--rules", str(pack))
+    (entry,) = _queue(captures)
+    Path(entry["_path"]).write_text(json.dumps({**entry, "occurrences": {"x": 1}}))
+    result = invoke("learn", str(bundle), "--captures", str(captures), "--as", "kernel-unsupported",
+                    "--rules", str(pack))
+    assert result.exit_code == 2 and "fix or remove the file" in result.output
+    assert not (pack / "exact.yml").exists()
+
+
 SHADOW_RULE = """\
 - id: trial-frobnicator
   class: overlay-arch-drift
