@@ -79,8 +79,8 @@ TUPLE_FIELDS = DedupKey._fields
 # go as one, instead of the first stopping at the second's "_" and leaving its body.
 # The start of a credential assignment up to its value (group 1 is left open: each
 # pattern below closes it after what it keeps).
-_CREDENTIAL = (r"(?i)(?<![A-Za-z0-9])((?:token|api[_-]?key|secret|password|passwd|access[_-]?key|"
-               r"private[_-]?key|credentials?)[\"']?\s*[=:]\s*")
+_CREDENTIAL = (r"(?i)(?<![A-Za-z0-9])((?:token|api[_-]?key|secret(?:[_-]?key)?|password|passwd|access[_-]?key|"
+               r"private[_-]?key|credentials?)\\?[\"']?\s*[=:]\s*")
 _SECRETS = (
     # First, so that no pattern below takes the header's name ("...KEY==Cookie: ...")
     # into a value of its own: a Cookie header's name=value pairs, written as a header
@@ -109,7 +109,7 @@ _SECRETS = (
     # (The name is matched from its credential word on, which must start a word or follow
     # a "_", "." or "-": trying a whole name at every position of a long log cost more.)
     (re.compile(_CREDENTIAL + r"\[)(?=\s*[\"'])[^\]\n]*(\])"), r"\1<REDACTED>\2"),
-    (re.compile(_CREDENTIAL + r")b?(?:\"(?![<\[])[^\"\n]+\"|'(?![<\[])[^'\n]+')"), r"\1'<REDACTED>'"),
+    (re.compile(_CREDENTIAL + r")b?\\?(?:\"(?![<\[])[^\"\n]+\"|'(?![<\[])[^'\n]+')"), r"\1'<REDACTED>'"),
     (re.compile(_CREDENTIAL + r")(?![<\[]|(?:none|null|true|false)\b)[^\s\"',;\[\])}]+"), r"\1<REDACTED>"),
     # The same as a command-line flag: "--api-key sk-...", "--hf-token=hf_...".
     (re.compile(r"(?i)(--(?:[a-z0-9]+-)*(?:token|api-key|key|secret|password))(\s+|=)([\"']?)(?![-<])"

@@ -132,6 +132,8 @@ def test_remembered_and_long_texts_scrub_the_same() -> None:
      ["runtimeerror: cuda out of memory"], ["session=abc", "theme=dark"]),
     ("pad_token: [PAD] 'pad_token': None bos_token: <s> eos_token=<|eot_id|>",
      ["[PAD]", "None", "<s>", "<|eot_id|>"], []),
+    ('config {\\"api_key\\": \\"sk-abcdef123456\\", \\"port\\": 1}', ["port"], ["sk-abcdef"]),
+    ("SECRET_KEY=abc123 MINIO_SECRET_KEY=xyz789 secret_name=keep", ["secret_name=keep"], ["abc123", "xyz789"]),
 ])
 def test_credentials_in_the_forms_engines_log_them(text: str, kept: list[str], gone: list[str]) -> None:
     """A list's later items, a quoted value's words after the first, and headers logged
