@@ -164,9 +164,10 @@ def save(cache: RegexCache, content_digest: str) -> Path | None:
         data["literals"] = sorted(cache.literals)
     try:
         write_cache_file(path, json.dumps(data).encode("utf-8"))
-        prune(path, CACHED_PACKS)  # every edit of a pack is another content
     except OSError:
         return None  # read-only or full: the next start analyses again
+    with contextlib.suppress(OSError):  # a folder left over its size is pruned by the next save
+        prune(path, CACHED_PACKS)  # every edit of a pack is another content
     return path
 
 
