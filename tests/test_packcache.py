@@ -390,3 +390,18 @@ def test_a_fifo_in_place_of_the_cache_file_does_not_block_a_start(cache: Path, p
     done = subprocess.run([sys.executable, "-m", "loop_core", "check", "--rules", str(pack)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
+
+
+
+def test_a_prune_that_fails_does_not_make_the_written_cache_look_unwritten(
+        cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import packcache
+
+    def refuse(path: Path, keep: int) -> None:
+        raise PermissionError("read-only neighbour")
+
+    monkeypatch.setattr(packcache, "prune", refuse)
+    written = packcache.PackCache()
+    written.dirty = True
+    path = packcache.save(written, "0" * 64)
+    assert path is not None and path.is_file()
