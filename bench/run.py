@@ -1115,7 +1115,7 @@ def instructions(ctx: Context) -> list[Row]:
 
 RUN_INSTRUCTION_BUNDLES = 500
 # The console script's own lines, so that callgrind counts the interpreter, not a wrapper.
-_CONSOLE = "import sys\nfrom loop_core.cli import main\nsys.argv[0] = 'loop-rules'\nsys.exit(main())\n"
+_CONSOLE = "import sys\nfrom loop_core.console import main\nsys.argv[0] = 'loop-rules'\nsys.exit(main())\n"
 
 
 @scenario("run-instructions", "instructions of whole `loop-rules run --format json` processes over "

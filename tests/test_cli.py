@@ -275,6 +275,33 @@ def test_a_full_output_is_one_line_and_status_74(fmt: str) -> None:
     assert result.stderr == "loop-rules: system error: No space left on device\n"
 
 
+def test_ctrl_c_while_the_command_line_loads_is_one_line(monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Loading click and the command line takes some tens of milliseconds; Ctrl-C then
+    printed a traceback."""
+    import builtins
+
+    from loop_core import console
+
+    real_import = builtins.__import__
+
+    def interrupted(name, globals=None, locals=None, fromlist=(), level=0):  # type: ignore[no-untyped-def]
+        if level == 1 and name == "cli":
+            raise KeyboardInterrupt
+        return real_import(name, globals, locals, fromlist, level)
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        console.main()
+    assert stopped.value.code == 130 and capsys.readouterr().err == "loop-rules: interrupted\n"
+
+
+def test_the_console_script_is_the_guarded_entry_point() -> None:
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    assert project["project"]["scripts"]["loop-rules"] == "loop_core.console:main"
+
+
 def test_jobs_auto_is_one_per_usable_cpu_and_a_bad_count_is_named(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import loop_core.cli as cli_module
     from loop_core.testing import make_bundle, write_bundle
