@@ -7,6 +7,7 @@ pack or plugin); a traceback is never shown to the user.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -72,6 +73,8 @@ def format_option(*choices: str) -> Callable[[F], F]:
 
 
 SYSTEM_ERROR = 74  # sysexits' EX_IOERR: a read or write the system refused
+# The refusals that are the machine's state, not a path the user got wrong (status 74, not 2).
+SYSTEM_REFUSALS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
 INTERRUPTED = 130  # the shell's status for a command stopped by Ctrl-C (128 + SIGINT)
 TERMINATED = 143  # and by SIGTERM (128 + 15)
 
@@ -706,6 +709,8 @@ def report(captures: Path, out: Path, rules: str, catalog: Path | None) -> None:
     try:
         out.write_text(render_html(data), encoding="utf-8")
     except OSError as e:
+        if e.errno in SYSTEM_REFUSALS:  # the machine's doing, not the path's: status 74
+            raise OSError(e.errno, e.strerror, os.fspath(out)) from e
         raise LoopClickError(f"--out {_shown(out)}: could not write the report: {e.strerror or e}") from e
     click.echo(f"wrote {out} ({data.bundles} bundles, {sum(data.by_class.values())} failures, "
                f"{len(data.groups)} dedup groups)")

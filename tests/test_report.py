@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import struct
 import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -100,3 +102,14 @@ def test_report_renders_in_headless_chromium(captures: Path, tmp_path: Path) -> 
     assert len(set(raw)) > 50
     background = raw.count(raw[1])
     assert background < 0.97 * len(raw)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_report_on_a_full_disk_is_a_system_error(tmp_path: Path) -> None:
+    """A full disk is the machine's refusal (status 74, as for any command), not a
+    path the user got wrong (2): it used to be 2."""
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run([sys.executable, "-m", "loop_core", "report", "examples/pull-captures",
+                             "--out", "/dev/full"], cwd=root, capture_output=True, text=True, check=False)
+    assert result.returncode == 74
+    assert result.stderr.splitlines()[-1] == "loop-rules: system error: No space left on device: /dev/full"
