@@ -568,24 +568,33 @@ def eval_(corpus: Path, rules: str, split: str, compare_with: str | None, fmt: s
 @click.option("--as", "as_class", required=True, metavar="CLASS",
               help="The class a maintainer decided: one of the six.")
 @click.option("--rules", "rules_dir", default="rules.d", show_default=True,
-              type=click.Path(file_okay=False, path_type=Path), help="The pack directory to write to.")
+              type=click.Path(file_okay=False, path_type=Path),
+              help="The pack directory to write to (a directory, not a pack name).")
 @click.option("--review", "review_hash", default=None, metavar="HASH",
               help="Learn from a review-queue entry (by dedup hash) instead of a bundle.")
 @click.option("--captures", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="The captures folder whose _review-queue/ holds --review HASH.")
+              help="The captures folder whose _review-queue/ holds --review HASH, or BUNDLE's entry "
+                   "(settled when what is learned decides it).")
 @_guard
 def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str | None,
           captures: Path | None) -> None:
     """Teach the exact table: this failure's fingerprint is CLASS from now on.
 
-    Appends the bundle's Tier-2 fingerprint -> CLASS to the pack's exact.yml
-    (keys quoted; the rest of the file kept), and removes the entry from the
-    review queue. The next identical failure is an O(1) exact hit.
+    Appends the bundle's Tier-2 fingerprint -> CLASS to exact.yml in the pack
+    directory --rules (keys quoted; the rest of the file kept). With
+    --captures, the failure's review-queue entry is settled too. The next
+    identical failure is an O(1) exact hit for every command that loads this
+    directory; learned as unknown, it is dismissed, not queued again.
+
+    --rules is a directory, not a pack name. After a plain `pip install`,
+    the `default` pack is the copy inside the package, not ./rules.d: give
+    classify and run `--rules rules.d` to use what you taught it.
 
     \b
     Example:
-        loop-rules learn examples/pull-captures/qwen-qwen3-14b/20261126T101112Z --as kernel-unsupported
-        loop-rules learn --review 3a0e288f9dcc --captures examples/pull-captures --as unknown
+        loop-rules learn examples/pull-captures/qwen-qwen3-14b/20261126T101112Z --as unknown \\
+            --captures examples/pull-captures
+        loop-rules learn --review f928faa9d075 --captures examples/pull-captures --as overlay-arch-drift
     """
     from .engine import Engine, condition_kinds
     from .maintain import learn as learn_fingerprint
@@ -593,6 +602,9 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
     from .plugins import make_plugin_manager
     from .trackers import ReviewQueue
 
+    if not rules_dir.is_dir():
+        raise LoopClickError(f"--rules {_shown(rules_dir)}: no such pack directory (learn edits a pack's files: give "
+                             "the directory of the pack to teach, such as a copy of rules.d, not a pack name)")
     pm = make_plugin_manager()
     queue = None
     if review_hash:
@@ -638,6 +650,23 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
             settled = f"; review-queue entry {review_hash} kept: none of its {left} occurrence(s) is decided by this"
     click.echo(f"{'learned' if added else 'already known'}: {fingerprint} -> {as_class} in "
                f"{rules_dir / 'exact.yml'}" + settled)
+    note = _registered_elsewhere(rules_dir, pm)
+    if note:
+        click.echo(f"loop-rules: note: {note}", err=True)
+
+
+def _registered_elsewhere(rules_dir: Path, pm: Any) -> str | None:
+    """What to tell someone who edited a copy of a registered pack (``./rules.d`` after
+    a plain ``pip install``: its ``pack.yml`` says ``default``) that the pack's name does
+    not load: the commands they run next would not see the edit."""
+    from .engine import Engine, rule_packs
+
+    name = Engine.build(str(rules_dir), pm).pack.name
+    info = rule_packs(pm).get(name)
+    if info is None or info.path.resolve() == rules_dir.resolve():
+        return None
+    return (f"--rules {name} loads {_shown(info.path)}, not {_shown(rules_dir)}: give classify, run and report "
+            f"--rules {_shown(rules_dir)} to use what was learned (without it they decide this failure as before)")
 
 
 @cli.command()

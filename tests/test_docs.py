@@ -198,6 +198,25 @@ def test_every_classify_field_is_documented(tmp_path: Path) -> None:
     assert re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE) == list(readable)
 
 
+def test_the_explain_json_verdict_keys_are_the_documented_ones(tmp_path: Path) -> None:
+    bundle = write_bundle(tmp_path / "b", make_bundle("torch.cuda.OutOfMemoryError: CUDA out of memory"))
+    shown = json.loads(CliRunner().invoke(cli, ["explain", "--format", "json", str(bundle)]).output)
+    text = CLI_MD.read_text(encoding="utf-8")
+    section = text[text.index("`--format json` prints `{\"bundle\", \"verdict\""):]
+    listed = section[section.index("fields of a classification:"):section.index("the keys `classify` adds")]
+    assert list(shown) == ["bundle", "verdict", "dedup_hash", "matchers"]
+    assert re.findall(r"`(\w+)`", listed) == list(shown["verdict"])
+
+
+def test_every_rules_version_shown_is_a_shipped_packs_own() -> None:
+    """The outputs in cli.md are real ones of the two shipped packs: one shown after a
+    pack changed is stale (the reference pack's was, after examples were added to it)."""
+    pm = loop_core.make_plugin_manager(entry_points=False)
+    versions = {Engine.build(name, pm).pack.version for name in ("default", "reference")}
+    shown = set(re.findall(r"rules_version\W{1,4}([0-9a-f]{12})\b", CLI_MD.read_text(encoding="utf-8")))
+    assert shown and shown <= versions, shown - versions
+
+
 def test_every_run_summary_key_is_documented_in_order() -> None:
     from loop_core.pipeline import RunSummary
 

@@ -459,3 +459,29 @@ def test_learn_from_a_bundle_whose_folder_name_is_not_utf8(pack: Path, tmp_path:
     assert text.startswith(table)
     assert text.rstrip().endswith("from bundle ts\\xff\\x1b[31m")
     assert len(Engine.build(pack, pm).pack.exact) == 2
+
+
+def test_learn_into_a_copy_of_a_registered_pack_says_the_name_loads_another(pack: Path, tmp_path: Path) -> None:
+    """A checkout's rules.d after a plain `pip install .` is such a copy: `default` loads
+    the package's own, and classify and run went on deciding the failure as before
+    with nothing said."""
+    bundle_path = write_bundle(tmp_path / "b", make_bundle(NOVEL))
+    result = CliRunner().invoke(cli, ["learn", str(bundle_path), "--as", "unknown", "--rules", str(pack)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("learned: ")
+    assert result.stderr.startswith("loop-rules: note: --rules default loads ")
+    assert f"give classify, run and report --rules {pack} to use what was learned" in result.stderr
+    # A pack of its own name is loaded by its directory alone: nothing to say.
+    text = (pack / "pack.yml").read_text(encoding="utf-8")
+    (pack / "pack.yml").write_text(text.replace("name: default", "name: my-rules"), encoding="utf-8")
+    again = CliRunner().invoke(cli, ["learn", str(bundle_path), "--as", "unknown", "--rules", str(pack)])
+    assert again.exit_code == 0 and again.stderr == "", again.output
+
+
+def test_learn_without_its_pack_directory_says_what_it_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bundle_path = write_bundle(tmp_path / "b", make_bundle(NOVEL))
+    monkeypatch.chdir(tmp_path)  # no rules.d here
+    result = CliRunner().invoke(cli, ["learn", str(bundle_path), "--as", "unknown"])
+    assert result.exit_code == 2
+    assert "--rules rules.d: no such pack directory" in result.output
+    assert "registered pack" not in result.output  # a name would be refused anyway
