@@ -137,6 +137,7 @@ def cli() -> None:
 
     \b
     Example:
+        loop-rules run examples/pull-captures
         loop-rules classify examples/pull-captures
         loop-rules explain examples/pull-captures/qwen-qwen3-14b/20261126T101112Z
         loop-rules check --rules rules.d
@@ -193,7 +194,7 @@ def classify(paths: tuple[Path, ...], rules: str, catalog: Path | None, fmt: str
     """Classify every bundle under PATHS.
 
     A PATH is a bundle directory or a folder searched recursively for bundles
-    (folders starting with '_' are spools and are skipped). Rows are printed
+    (folders whose names start with '_', as spools do, or '.' are skipped). Rows are printed
     as each bundle is classified, in the same order for any --jobs. Exit
     status 1 when any bundle could not be read, 0 otherwise.
 
@@ -481,10 +482,15 @@ def trust(paths: tuple[Path, ...], catalog: Path | None, promote: bool, priors: 
     Gate-only bundles have no trust verdict (stage null). A submission never
     counts twice toward consensus. Exit status 1 when any bundle could not be read.
 
+    Consensus counts the --priors only: the bundles under PATHS are judged
+    each on its own, not against each other (run counts every success of its
+    captures folder). To judge a folder as run does, give it as --priors too.
+
     \b
     Example:
         loop-rules trust --catalog examples/catalog.yml examples/pull-captures
         loop-rules trust --priors archive/ --consensus-n 3 --format jsonl captures/
+        loop-rules trust --catalog examples/catalog.yml --priors examples/pull-captures examples/pull-captures
     """
     from .batch import trust_rows
 
@@ -529,6 +535,12 @@ def eval_(corpus: Path, rules: str, split: str, compare_with: str | None, fmt: s
 
     Prints per-class precision, recall and F1, macro-F1, accuracy, accuracy on
     hard cases (whose text carries another class's words) and every miss.
+
+    A case is a YAML file under --corpus with the keys id, engine, source,
+    label (one of the six classes), hard (true or false), split (tune,
+    frozen or holdout), rationale and excerpt (the container-log tail), and
+    optionally actual. Misses leave the exit status 0; it is 2 when the split
+    holds no case, a case file is malformed, or a pack cannot be loaded.
 
     \b
     Example:
@@ -766,7 +778,8 @@ def _tracker(name: str, captures: Path, repo: str | None) -> Any:
 @click.argument("captures", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--tracker", "tracker_name", default="sqlite", show_default=True, metavar="NAME",
               help="Where failures are filed: sqlite (embedded, <captures>/_loop/tracker.sqlite), "
-                   "github (gh CLI, needs --repo or a gh default repo) or spool (offline files).")
+                   "github (gh CLI, needs --repo or a gh default repo), spool (offline files), or one "
+                   "a plugin registers.")
 @click.option("--repo", default=None, metavar="OWNER/NAME", help="GitHub repository for --tracker github.")
 @rules_option
 @click.option("--catalog", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
@@ -1016,7 +1029,7 @@ def spool() -> None:
 @spool.command("replay")
 @click.argument("captures", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--tracker", "tracker_name", default="sqlite", show_default=True, metavar="NAME",
-              help="Tracker to drain the spool into (sqlite or github).")
+              help="Tracker to drain the spool into: sqlite, github, or one a plugin registers.")
 @click.option("--repo", default=None, metavar="OWNER/NAME", help="GitHub repository for --tracker github.")
 @_guard
 def spool_replay(captures: Path, tracker_name: str, repo: str | None) -> None:

@@ -290,6 +290,19 @@ def test_public_api_is_sorted_and_resolves() -> None:
         assert getattr(loop_core, name, None) is not None, name
 
 
+def test_the_plugin_guide_imports_only_public_names() -> None:
+    """plugins.md tells authors to import only public names: its own examples must."""
+    import importlib
+
+    text = (DOCS / "plugins.md").read_text(encoding="utf-8")
+    imports = re.findall(r"^\s*from (loop_core(?:\.\w+)?) import (\([^)]*\)|.*)$", text, re.MULTILINE)
+    assert imports
+    for module, names in imports:
+        public = importlib.import_module(module).__all__
+        for name in re.findall(r"\w+", names):
+            assert name in public, f"plugins.md imports {name} from {module}, which does not list it in __all__"
+
+
 # -- CLI: every command has help and a section -------------------------------
 
 
