@@ -63,6 +63,7 @@ __all__ = [
 ]
 
 SCHEMA = "club3090-loop-dedup-v1"
+SPOOL_KIND = "would-be-issue"  # the "kind" of a spool file (§5.8)
 TUPLE_MARKER = "<!-- club3090-loop-dedup canonical-tuple -->"
 PLUSONE_MARKER = "<!-- club3090-loop-dedup +1 -->"
 TITLE_LIMIT = 256
@@ -410,7 +411,7 @@ class IssueDraft:
     def spool_payload(self) -> dict[str, Any]:
         """§5.8 ``_dedup-queue/<hash>.json`` keys (occurrences are added by the spool)."""
         return {"body": self.body, "canonical": self.canonical, "dedup_hash": self.dedup_hash,
-                "kind": "would-be-issue", "labels": list(self.labels), "schema": SCHEMA, "title": self.title}
+                "kind": SPOOL_KIND, "labels": list(self.labels), "schema": SCHEMA, "title": self.title}
 
     @classmethod
     def from_spool(cls, payload: dict[str, Any]) -> IssueDraft:

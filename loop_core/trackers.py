@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .dedup import SCHEMA, IssueDraft, Occurrence, body_tuple_matches
+from .dedup import SCHEMA, SPOOL_KIND, IssueDraft, Occurrence, body_tuple_matches
 from .errors import TrackerError
 from .jsontext import dumps_indented, item_texts, splice_list
 
@@ -537,14 +537,31 @@ def _spooled(path: Path) -> tuple[IssueDraft, list[Occurrence]] | None:
     payload = _read_json(path)
     if payload is None:
         return None
+    # Another tool's file, or a newer format: filing what it might mean could count
+    # under the wrong key. Left where it is, for a person or a newer loop-rules.
+    for name, expected in (("kind", SPOOL_KIND), ("schema", SCHEMA)):
+        if payload.get(name) != expected:
+            raise TrackerError(f"{path}: not a would-be issue this version can file: its {name} is "
+                               f"{payload.get(name)!r}, not {expected!r}")
     try:
         draft = IssueDraft.from_spool(payload)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise TrackerError(f"{path}: not a would-be issue ({type(e).__name__}: {e})") from e
-    raw = payload.get("occurrences")
-    if not raw:
+    # A file edited by hand, or damaged, whose hash, key and body disagree would file
+    # differently in every tracker (an issue per occurrence where the body never
+    # verifies, +1s under a key the body does not hold): it must agree with itself.
+    problem = ("its dedup_hash is not its tuple's" if draft.dedup_hash != draft.key.digest()
+               else "its canonical dedup_hash is not its dedup_hash"
+               if draft.canonical.get("dedup_hash") != draft.dedup_hash
+               else "its body's tuple block does not hold its tuple" if not body_tuple_matches(draft.body, draft.key)
+               else None)
+    if problem is not None:
+        raise TrackerError(f"{path}: not a would-be issue that can be filed: {problem} (edited or damaged?)")
+    if "occurrences" not in payload:
         # A spool file the reference wrote: one would-be issue, no occurrence list.
         return draft, [Occurrence(f"spool-{draft.dedup_hash}", None, None, str(path))]
+    if not payload["occurrences"]:
+        raise TrackerError(f"{path}: its occurrence list is empty: nothing to file (edited or damaged?)")
     occurrences = []
     for i, entry in enumerate(occurrence_list(payload, path)):
         if not isinstance(entry, dict) or not isinstance(entry.get("submission"), str):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from loop_core import Engine, TrackerError
+from loop_core import DedupKey, Engine, TrackerError
 from loop_core.dedup import TUPLE_MARKER, draft_issue, occurrence_of, parse_body_tuple
 from loop_core.testing import make_bundle
 from loop_core.trackers import FileAction, FileResult, SpoolTracker, SqliteTracker, replay_spool
@@ -349,6 +349,45 @@ def test_replay_names_each_damaged_spool_file_leaves_it_and_drains_the_rest(tmp_
     result = CliRunner().invoke(cli, ["spool", "replay", str(tmp_path)])
     assert result.exit_code == 1
     assert result.stderr.count("left in the spool") == 3 and "a-no-canonical.json: not a would-be issue" in result.stderr
+
+
+def test_a_spool_file_that_disagrees_with_itself_or_is_anothers_is_left_alone(tmp_path: Path,
+                                                                               engine: Engine) -> None:
+    """Such files used to be filed: a newer schema or another kind as if ours, an empty
+    occurrence list as one made-up occurrence, and a tuple edited away from its body and
+    hash as one new issue per occurrence in SQLite but one issue and +1s on GitHub."""
+    spool = SpoolTracker(tmp_path)
+    good, occurrence = drafted(engine)
+    spool.file(good, occurrence)
+    queue = tmp_path / "_dedup-queue"
+    good_file = queue / f"{good.dedup_hash}.json"
+    payload = json.loads(good_file.read_text())
+    good_file.unlink()
+    edited = json.loads(json.dumps(payload))
+    edited["canonical"]["tuple_ordered"][6] = "2x24576MiB"
+    rehashed = json.loads(json.dumps(edited))
+    rehashed["dedup_hash"] = rehashed["canonical"]["dedup_hash"] = DedupKey(
+        *rehashed["canonical"]["tuple_ordered"]).digest()
+    damaged = {
+        "a-newer-schema.json": ({**payload, "schema": "club3090-loop-dedup-v2"},
+                                "its schema is 'club3090-loop-dedup-v2', not 'club3090-loop-dedup-v1'"),
+        "b-review-entry.json": ({**payload, "kind": "review-queue"}, "its kind is 'review-queue'"),
+        "c-tuple-edited.json": (edited, "its dedup_hash is not its tuple's"),
+        "d-rehashed.json": (rehashed, "its body's tuple block does not hold its tuple"),
+        "e-no-occurrence.json": ({**payload, "occurrences": []}, "its occurrence list is empty"),
+    }
+    for name, (doc, _why) in damaged.items():
+        (queue / name).write_text(json.dumps(doc), encoding="utf-8")
+    target = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        results = {r.path.name: r for r in replay_spool(spool, target)}
+        for name, (_doc, why) in damaged.items():
+            assert why in str(results[name].problem), (name, results[name].problem)
+            assert not results[name].results
+        assert target.issues() == []
+    finally:
+        target.close()
+    assert sorted(p.name for p in queue.glob("*.json")) == sorted(damaged)  # left for a person
 
 
 def test_a_queue_file_whose_occurrences_is_not_a_list_is_refused_and_left_alone(tmp_path: Path,
