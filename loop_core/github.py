@@ -130,9 +130,10 @@ def _body_argv(text: str) -> Iterator[list[str]]:
 
 
 def _first_submission(body: str) -> str | None:
-    """The submission of the last first-submission line of ``body`` that stands on its
-    own outside the code fences (CommonMark: a fence closes with a run of the same
-    character at least as long), or None."""
+    """The submission of the last first-submission marker that starts a line of ``body``
+    outside the code fences (CommonMark: a fence closes with a run of the same
+    character at least as long), or None. Text after the marker on its line (a
+    maintainer's note) is allowed; no capture text can start a line outside a fence."""
     found = None
     fence: str | None = None
     for line in body.splitlines():
@@ -141,7 +142,7 @@ def _first_submission(body: str) -> str | None:
             if opener:
                 fence = opener.group(1)
                 continue
-            marker = _FIRST_SUBMISSION.fullmatch(line.strip())
+            marker = _FIRST_SUBMISSION.match(line.strip())
             if marker:
                 found = marker.group(1)
         elif opener and opener.group(1)[0] == fence[0] and len(opener.group(1)) >= len(fence) \

@@ -666,6 +666,21 @@ def test_a_note_a_maintainer_adds_below_the_body_keeps_the_first_submission(
     assert gh.issues()[0]["comments"] == []
 
 
+def test_a_note_a_maintainer_writes_on_the_marker_line_keeps_the_first_submission(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """The marker had to fill its line: a note typed after it in the raw editor made the
+    next run count the capture that opened the issue again, as a +1."""
+    draft, occurrence = failure()
+    assert tracker(captures, fake_clock).file(draft, occurrence).action is FileAction.OPENED
+    state = json.loads(gh.state_path.read_text(encoding="utf-8"))
+    issue = state["repos"][REPO]["issues"][0]
+    issue["body"] = issue["body"].rstrip("\n") + " Triaged: known issue, see #12.\n"
+    gh.state_path.write_text(json.dumps(state), encoding="utf-8")
+    again = tracker(captures, FakeClock()).file(draft, occurrence)
+    assert again.action is FileAction.ALREADY_COUNTED
+    assert gh.issues()[0]["comments"] == []
+
+
 def test_the_first_submission_marker_never_cuts_a_full_body(gh: FakeGh, captures: Path, fake_clock: FakeClock,
                                                              module_engine: Engine) -> None:
     # The final error, shown beside the substring, is one 100 KB line: cut to fit.
