@@ -6,8 +6,9 @@ fenced JSON payload) so issues filed by either tool dedup against each other,
 and the same body-tuple verification before any +1.
 
 Text that reaches a tracker is untrusted. Before anything leaves the machine
-it is scrubbed of secrets (Hugging Face, GitHub and AWS tokens, e-mail
-addresses, home-directory user names), stripped of control and bidi
+it is scrubbed of secrets (Hugging Face, GitHub, AWS, OpenAI, Anthropic,
+Google and Slack keys, credential-named values, e-mail addresses,
+home-directory user names), stripped of control and bidi
 characters, and kept inert: mentions are broken, raw HTML is escaped outside
 code, and code fences are longer than any backtick run they hold. Titles fit
 GitHub's 256 characters and bodies its 65,536.
@@ -80,7 +81,7 @@ TUPLE_FIELDS = DedupKey._fields
 # go as one, instead of the first stopping at the second's "_" and leaving its body.
 # The start of a credential assignment up to its value (group 1 is left open: each
 # pattern below closes it after what it keeps).
-_CREDENTIAL = (r"(?i)(?<![A-Za-z0-9])((?:token|api[_-]?key|secret(?:[_-]?key)?|password|passwd|access[_-]?key|"
+_CREDENTIAL = (r"(?i)(?<![A-Za-z0-9])((?:token|api[_ -]?key|secret(?:[_-]?key)?|password|passwd|access[_-]?key|"
                r"private[_-]?key|credentials?)\\?[\"']?\s*[=:]\s*")
 _SECRETS = (
     # First, so that no pattern below takes the header's name ("...KEY==Cookie: ...")
@@ -99,6 +100,13 @@ _SECRETS = (
     # that key's name, and the second secret, its key cut, was never recognised.
     (re.compile(r"(?i)\b(aws_secret_access_key|aws_session_token)(\s*[=:]\s*)[\"']?[A-Za-z0-9/+=_]{16,}[\"']?"),
      r"\1\2<REDACTED>"),
+    # Vendor keys recognisable without a name before them, as API clients print them
+    # ("Incorrect API key provided: sk-proj-..."): OpenAI and Anthropic (sk-, sk-proj-,
+    # sk-ant-api03-...), Google (AIza...), Slack tokens (xoxb-...) and webhook paths.
+    (re.compile(r"(?i)(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{16,}"), "sk-<REDACTED>"),
+    (re.compile(r"(?i)(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{30,}"), "AIza<REDACTED>"),
+    (re.compile(r"(?i)(?<![A-Za-z0-9])xox[abeoprs]-[A-Za-z0-9-]{10,}"), "xox-<REDACTED>"),
+    (re.compile(r"(?i)(hooks\.slack\.com/services/)[A-Za-z0-9/_-]+"), r"\1<REDACTED>"),
     (re.compile(r"(?i)\b((?:hf|hugging_face_hub|huggingface|github|gh|openai|api)_?(?:token|key))(\s*[=:]\s*)[^\s\"',;\[]+"),
      r"\1\2<REDACTED>"),
     # Any name that ends in a credential word, as an assignment, an environment
@@ -117,6 +125,9 @@ _SECRETS = (
                 r"[^\s\"']+"),
      r"\1\2\3<REDACTED>"),
     (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?(?:bearer|token|basic)\s+)[^\s\"']+"), r"\1<REDACTED>"),
+    # A bearer token without its header name (a client's "Bearer sk-..." in a message):
+    # long enough to be a token, so "Bearer token required" is left alone.
+    (re.compile(r"(?i)\b(bearer\s+)(?![<])[A-Za-z0-9._~+/=-]{16,}"), r"\1<REDACTED>"),
     # The look-behind keeps this linear: without it a long run of letters is tried
     # from every position (quadratic: a 100 KB log line took minutes).
     (re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"),
@@ -141,12 +152,17 @@ _SECRET_GUARDS: tuple[tuple[tuple[str, ...], bool], ...] = (
     (("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"), False),
     (("akia", "asia", "agpa", "aida", "aroa"), True),
     (("aws_s",), True),
+    (("sk-",), True),
+    (("aiza",), True),
+    (("xox",), True),
+    (("hooks.slack.com/services/",), True),
     (("token", "key"), True),
     (("token", "key", "secret", "passw", "credential"), True),
     (("token", "key", "secret", "passw", "credential"), True),
     (("token", "key", "secret", "passw", "credential"), True),
     (("--",), False),
     (("authorization",), True),
+    (("bearer",), True),
     (("@",), False),
     (("/home/", "/users/"), True),
     ((":\\users\\",), True),

@@ -311,6 +311,11 @@ SECRETS = {
     "cli_flag": "sk-cliSECRET999",
     "password": "hunter2SECRETpw",
     "cookie": "SECRETcookie42",
+    "client_error": "sk-proj-SECRETclientErr0123456789",
+    "bare_bearer": "sk-ant-api03-SECRETbearer0123456789",
+    "spaced_name": "0123456789abcdefSECRET0123456789abcdef",
+    "google": "AIzaSyA-SECRET0123456789abcdefghijklmn",
+    "slack": "xoxb-1234567890-SECRETslack",
 }
 CONTEXT = {
     "hf": "HF_TOKEN={}",
@@ -326,6 +331,11 @@ CONTEXT = {
     "cli_flag": "vllm serve acme/x --api-key {}",
     "password": "db password={}",
     "cookie": "Cookie: session={}; theme=dark",
+    "client_error": "openai.AuthenticationError: Incorrect API key provided: {}",
+    "bare_bearer": "request sent with Bearer {} was refused",
+    "spaced_name": "wandb: API key: {}",
+    "google": "https://generativelanguage.googleapis.com/v1/models?key={}",
+    "slack": "notify failed: token {}",
 }
 
 

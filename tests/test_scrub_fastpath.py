@@ -29,6 +29,8 @@ PIECES = [
     "hf_token=abc", "OPENAI_API_KEY: sk-123", "api key = x", "github_token:", "token", "key=",
     "Authorization: Bearer abc.def", "authorization:  token zzz", "'api_key': ['sk-1']", "--api-key sk-2",
     "password=p", "Cookie: a=b", "x-api-key: k", "Authorization=Basic b", "a.b@example.com", "x@y", "@user",
+    "sk-proj-" + "Ab1_" * 5, "SK-" + "x" * 16, "sk-ant-api03-" + "z" * 20, "AIza" + "B" * 35, "aiza_", "xoxb-12345-abcdef",
+    "XOXP-" + "1" * 12, "hooks.slack.com/services/T0/B1/x", "Bearer " + "t" * 20, "bearer <x>", "api key: k",
     "/home/alice/models", "/Users/Bob/x", "/HOME/carol", "C:\\Users\\dave\\cache", "c:\\users\\",
     "\u212a", "\u017f", "\u0130", "\u0131", "\u200e", "\x00", "\r\n", "\n", " ", "=", ":", "_", "'", '"',
     "RuntimeError: CUDA out of memory", "plain words", "ü", "日本",
