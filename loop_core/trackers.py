@@ -518,15 +518,27 @@ def replay_spool(spool: SpoolTracker, target: Tracker) -> list[ReplayResult]:
         # A result that points at a spool file did not land in the target (it fell back).
         drained = all(r.action is not FileAction.SPOOLED and r.spool_path is None for r in results)
         if drained:
+            replayed = {occurrence.submission for occurrence in occurrences}
             with locked(spool.directory):
                 current = _read_json(path)
-                # Only remove what we replayed; a concurrent run may have appended.
-                if current is not None and len(current.get("occurrences") or [None]) == len(results):
+                # Only remove what we replayed: a run may have added an occurrence meanwhile
+                # (to a reference file it replaces the stand-in occurrence, so a count of
+                # them cannot tell), or made the file again after another replay removed it.
+                if current is not None and _spooled_submissions(current, draft.dedup_hash) <= replayed:
                     path.unlink()
                 else:
                     drained = False
         out.append(ReplayResult(path, tuple(results), drained))
     return out
+
+
+def _spooled_submissions(payload: Any, dedup_hash: str) -> set[Any]:
+    """The submissions a spool file holds, as :func:`_spooled` names them."""
+    if not isinstance(payload, dict) or "occurrences" not in payload:
+        return {f"spool-{dedup_hash}"}
+    entries = payload["occurrences"]
+    return {e.get("submission") if isinstance(e, dict) else None for e in entries} if isinstance(entries, list) \
+        else {None}
 
 
 def _spooled(path: Path) -> tuple[IssueDraft, list[Occurrence]] | None:

@@ -65,6 +65,55 @@ def test_replay_of_a_reference_spool_file(tmp_path: Path, engine: Engine) -> Non
     assert TUPLE_MARKER in issue["body"] and parse_body_tuple(issue["body"]) == list(draft.key)
 
 
+class SpoolsWhileFiling:
+    """A target during whose first filing a run spools another occurrence of the same
+    failure into the file being replayed (as `run --tracker spool` may, meanwhile)."""
+
+    name = "busy"
+
+    def __init__(self, target: SqliteTracker, spool: SpoolTracker, late: tuple, *,  # type: ignore[type-arg]
+                 drained_first: bool = False) -> None:
+        self.target, self.spool, self.late, self.drained_first = target, spool, late, drained_first
+
+    def file(self, draft, occurrence):  # type: ignore[no-untyped-def]
+        if self.late:
+            if self.drained_first:  # another replay removed the file before the run spooled
+                (self.spool.directory / f"{draft.dedup_hash}.json").unlink()
+            self.spool.file(*self.late)
+            self.late = ()
+        return self.target.file(draft, occurrence)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("reference,drained_first", [(False, False), (False, True), (True, False)],
+                         ids=["ours", "ours-made-again", "reference-file"])
+def test_an_occurrence_spooled_during_a_replay_stays_in_the_spool(tmp_path: Path, engine: Engine,
+                                                                   reference: bool, drained_first: bool) -> None:
+    """The file was removed when it held as many occurrences as were replayed: a reference
+    file (one stand-in occurrence) that a run added one to meanwhile held one, and so did
+    a file another replay drained and a run made again; the new occurrence was lost."""
+    spool = SpoolTracker(tmp_path)
+    first, one = drafted(engine, utc_ts="20260801T000000Z")
+    late = drafted(engine, utc_ts="20260802T000000Z")
+    path = tmp_path / "_dedup-queue" / f"{first.dedup_hash}.json"
+    if reference:
+        path.parent.mkdir()
+        path.write_text(json.dumps(first.spool_payload(), indent=2, sort_keys=True))
+    else:
+        spool.file(first, one)
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        (result,) = replay_spool(spool, SpoolsWhileFiling(db, spool, late, drained_first=drained_first))
+        assert not result.drained and path.exists()
+        (again,) = replay_spool(spool, db)
+        assert again.drained and not path.exists()
+        assert [issue["occurrences"] for issue in db.issues()] == [2]  # the late one counted too
+    finally:
+        db.close()
+
+
 class FallsBackToSpool:
     name = "flaky"
 
