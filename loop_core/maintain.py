@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,29 +64,49 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
     pack_dir = Path(pack_dir)
     if not pack_dir.is_dir():
         raise LoopError(f"{pack_dir}: --rules must be a pack directory you can edit")
-    existing = load_rules(pack_dir, kinds).exact.get(fingerprint)
-    if existing == failure_class:
-        return False
-    if existing is not None:
-        raise LoopError(f"{fingerprint}: already learned as {existing!r}; edit {pack_dir / EXACT_FILE} to change it")
-    path = pack_dir / EXACT_FILE
-    before = path.read_text(encoding="utf-8") if path.exists() else None
-    stamp = time.strftime("%Y-%m-%d", time.gmtime())
-    origin = f" from {_comment_text(note)}" if note.strip() else ""
-    entry = f"'{fingerprint}': {failure_class}  # learned {stamp}{origin}\n"
-    _replace_text(path, _with_entry(before, entry))
-    try:
-        learned = load_rules(pack_dir, kinds).exact.get(fingerprint)
-        if learned != failure_class:
-            raise LoopError(f"{path}: could not add the entry as text; write its exact: table as a block mapping "
-                            "(one '<fingerprint>': <class> line each)")
-    except LoopError:  # RuleError included: the edit broke the pack
-        if before is None:
-            path.unlink()
-        else:
-            _replace_text(path, before)
-        raise
+    # Two learns on one pack at once each read the table, added their line and wrote it
+    # back: one entry was lost, and a learn undoing its edit could remove the other's
+    # file. One at a time, from the first read to the last write.
+    with _pack_locked(pack_dir):
+        existing = load_rules(pack_dir, kinds).exact.get(fingerprint)
+        if existing == failure_class:
+            return False
+        if existing is not None:
+            raise LoopError(f"{fingerprint}: already learned as {existing!r}; edit {pack_dir / EXACT_FILE} "
+                            "to change it")
+        path = pack_dir / EXACT_FILE
+        before = path.read_text(encoding="utf-8") if path.exists() else None
+        stamp = time.strftime("%Y-%m-%d", time.gmtime())
+        origin = f" from {_comment_text(note)}" if note.strip() else ""
+        entry = f"'{fingerprint}': {failure_class}  # learned {stamp}{origin}\n"
+        _replace_text(path, _with_entry(before, entry))
+        try:
+            learned = load_rules(pack_dir, kinds).exact.get(fingerprint)
+            if learned != failure_class:
+                raise LoopError(f"{path}: could not add the entry as text; write its exact: table as a block "
+                                "mapping (one '<fingerprint>': <class> line each)")
+        except LoopError:  # RuleError included: the edit broke the pack
+            if before is None:
+                path.unlink()
+            else:
+                _replace_text(path, before)
+            raise
     return True
+
+
+@contextlib.contextmanager
+def _pack_locked(pack_dir: Path) -> Iterator[None]:
+    """An exclusive advisory lock on the pack directory itself (no lock file is added
+    to the pack), held by one ``learn`` at a time."""
+    try:
+        fd = os.open(pack_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as e:
+        raise LoopError(f"{pack_dir}: cannot open the pack directory: {e.strerror or e}") from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 class OccurrenceBundles:

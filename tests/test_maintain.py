@@ -485,3 +485,42 @@ def test_learn_without_its_pack_directory_says_what_it_needs(tmp_path: Path, mon
     assert result.exit_code == 2
     assert "--rules rules.d: no such pack directory" in result.output
     assert "registered pack" not in result.output  # a name would be refused anyway
+
+
+def test_two_learns_at_once_keep_both_entries(pack: Path, pm: pluggy.PluginManager,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each learn read the table, added its line and wrote it back: run together, the
+    second write dropped the first's entry though both said 'learned'. Here the writes
+    wait for each other (up to a second), as they would when both had read the table."""
+    import threading
+
+    from loop_core import maintain
+
+    kinds = condition_kinds(pm)
+    both_read = threading.Barrier(2, timeout=1.0)
+    real_replace = maintain._replace_text
+
+    def replace_when_both_read(path: Path, text: str) -> None:
+        try:
+            both_read.wait()
+        except threading.BrokenBarrierError:
+            pass  # the other learn is waiting for the pack: it reads after this write
+        real_replace(path, text)
+
+    monkeypatch.setattr(maintain, "_replace_text", replace_when_both_read)
+    errors: list[BaseException] = []
+
+    def teach(fingerprint: str) -> None:
+        try:
+            learn(pack, fingerprint, "unknown", kinds, note="a test")
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=teach, args=(f"{digit}" * 12,)) for digit in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    exact = Engine.build(pack, pm).pack.exact
+    assert exact.get("a" * 12) == "unknown" and exact.get("b" * 12) == "unknown"
