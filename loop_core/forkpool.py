@@ -32,6 +32,8 @@ __all__ = ["ForkPool", "WorkerTraceback"]
 # worker forked later must close them all, or a worker of another pool never sees
 # the end of its input while this one lives (two pools open at once would hang).
 _PARENT_ENDS: set[int] = set()
+# Held back while a worker is forked (see ForkPool._fork).
+_STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 
 
 class ForkPool:
@@ -51,38 +53,49 @@ class ForkPool:
         self._turn = 0  # the worker the next chunk goes to
         try:
             for _ in range(jobs):
-                self._workers.append(self._fork(fn, engine))
+                self._fork(fn, engine)
         except BaseException:
             self.close()
             raise
 
-    def _fork(self, fn: Callable[[Any, Engine], Any], engine: Engine) -> _Worker:
+    def _fork(self, fn: Callable[[Any, Engine], Any], engine: Engine) -> None:
+        """Start one worker and add it to the pool.
+
+        Ctrl-C and SIGTERM are held back while it forks: one that landed in the
+        interpreter's own after-fork hooks was printed as "Exception ignored"
+        and dropped, and the run went on to its end. Held back, it is raised
+        once the worker is in the pool, which closing the pool then stops.
+        """
         opened: list[int] = []
         for stream in (sys.stdout, sys.stderr):  # or the child would write the parent's buffer again
             if stream is not None:
                 stream.flush()
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         try:
-            tasks_in, tasks_out = os.pipe()
-            opened += (tasks_in, tasks_out)
-            answers_in, answers_out = os.pipe()
-            opened += (answers_in, answers_out)
-            pid = os.fork()
-        except OSError as e:  # no more processes or descriptors: nothing of this worker may stay open
-            for fd in opened:
-                os.close(fd)
-            raise WorkerError(f"could not start a worker process: {e.strerror or e}") from e
-        if pid == 0:  # the worker: it never returns from here
-            os.close(tasks_out)
-            os.close(answers_in)
-            for fd in _PARENT_ENDS:  # the pipes of workers forked before this one, of any pool
-                os.close(fd)
-            _serve(fn, engine, tasks_in, answers_out)
-        os.close(tasks_in)
-        os.close(answers_out)
-        _PARENT_ENDS.update((tasks_out, answers_in))
-        os.set_blocking(tasks_out, False)
-        os.set_blocking(answers_in, False)
-        return _Worker(pid, tasks_out, answers_in)
+            try:
+                tasks_in, tasks_out = os.pipe()
+                opened += (tasks_in, tasks_out)
+                answers_in, answers_out = os.pipe()
+                opened += (answers_in, answers_out)
+                pid = os.fork()
+            except OSError as e:  # no more processes or descriptors: nothing of this worker may stay open
+                for fd in opened:
+                    os.close(fd)
+                raise WorkerError(f"could not start a worker process: {e.strerror or e}") from e
+            if pid == 0:  # the worker: it never returns from here
+                os.close(tasks_out)
+                os.close(answers_in)
+                for fd in _PARENT_ENDS:  # the pipes of workers forked before this one, of any pool
+                    os.close(fd)
+                _serve(fn, engine, tasks_in, answers_out, previous)
+            os.close(tasks_in)
+            os.close(answers_out)
+            _PARENT_ENDS.update((tasks_out, answers_in))
+            os.set_blocking(tasks_out, False)
+            os.set_blocking(answers_in, False)
+            self._workers.append(_Worker(pid, tasks_out, answers_in))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
     def send(self, chunk: list[Any]) -> int:
         """Send ``chunk`` to the next worker in turn; its number, to :meth:`receive` by."""
@@ -201,13 +214,16 @@ def _frame(payload: bytes) -> bytes:
     return len(payload).to_bytes(_HEADER_SIZE, "little") + payload
 
 
-def _serve(fn: Callable[[Any, Engine], Any], engine: Engine, tasks: int, answers: int) -> NoReturn:
+def _serve(fn: Callable[[Any, Engine], Any], engine: Engine, tasks: int, answers: int,
+           mask: set[signal.Signals]) -> NoReturn:
     """A forked worker's life: answer each chunk read from ``tasks`` on ``answers``
     until the parent closes its end; then write out what ``fn`` printed and leave
-    with ``os._exit``, which runs none of the parent's exit handlers."""
+    with ``os._exit``, which runs none of the parent's exit handlers. ``mask``: the
+    signal mask to go back to (the fork held Ctrl-C and SIGTERM back)."""
     # Ctrl-C and a polite SIGTERM to the group are the parent's to handle: it closes the pipes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     status = 0
     try:
         with open(tasks, "rb") as inbox, open(answers, "wb") as outbox:

@@ -177,6 +177,56 @@ def test_a_worker_that_cannot_start_is_an_error_and_the_others_stop(engine: Engi
         os.kill(forked[0], 0)
 
 
+# os.register_at_fork hooks cannot be removed: this one acts only while a test asks it to.
+_SIGNAL_IN_FORK: list[int] = []
+
+
+def _signal_after_fork_in_parent() -> None:
+    if _SIGNAL_IN_FORK:
+        os.kill(os.getpid(), _SIGNAL_IN_FORK.pop())
+
+
+os.register_at_fork(after_in_parent=_signal_after_fork_in_parent)
+
+
+class _Stopped(BaseException):
+    pass
+
+
+@pytest.mark.skipif(not parallel._forks(), reason="workers are forked only on Linux")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_that_lands_during_a_fork_stops_the_run(engine: Engine, deadline: None,
+                                                              signum: signal.Signals) -> None:
+    """Raised by the handler inside the interpreter's after-fork hooks, it was printed as
+    'Exception ignored' and dropped: the run went on to its end and exited 0."""
+    def stop(_signum: int, _frame: object) -> None:
+        raise _Stopped
+
+    previous = signal.signal(signum, stop)
+    forked: list[int] = []
+    real_fork = os.fork
+
+    def fork_and_note() -> int:
+        pid = real_fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    try:
+        _SIGNAL_IN_FORK.append(signum)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(os, "fork", fork_and_note)
+            with pytest.raises(_Stopped):
+                list(engine_map(_tag, range(40), engine, jobs=2, chunk=2))
+    finally:
+        _SIGNAL_IN_FORK.clear()
+        signal.signal(signum, previous)
+    assert forked
+    for pid in forked:  # the worker forked as the signal came was stopped and reaped
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
 def test_chunks_and_answers_larger_than_a_pipe_holds(engine: Engine, deadline: None) -> None:
     # 64 KB is a pipe's usual capacity: here every chunk sent and every answer read back
     # is several times that, so a parent that blocked on a write would wait on a worker
