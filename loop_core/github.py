@@ -14,6 +14,9 @@ lines, the same three labels, the same verify-before-+1. What differs:
 - an issue another run opened for the same failure while this one ran is
   found right after opening: the occurrence is counted there and the
   duplicate closed;
+- runs on one machine file into one repository one occurrence at a time, and
+  each forgets what it knew of the issues when another wrote meanwhile, so two
+  runs at once never +1 the same submission twice;
 - creates are paced under GitHub's secondary limits and capped per run;
 - any ``gh`` failure, an unreadable ``gh`` answer included (§8.4.6), degrades
   to the spool (``<captures>/_dedup-queue/<hash>.json``), so nothing is lost;
@@ -25,6 +28,7 @@ lines, the same three labels, the same verify-before-+1. What differs:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -129,6 +133,16 @@ def _body_argv(text: str) -> Iterator[list[str]]:
             os.unlink(path)
 
 
+def _lock_path(captures: Path, repo: str | None) -> Path:
+    """The file every run on this machine filing into ``repo`` locks: in the cache
+    folder, or the captures folder's ``_loop/`` when the cache is off."""
+    from .packcache import cache_dir
+
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", repo or "gh-default-repo") + ".lock"
+    folder = cache_dir()
+    return (folder / "github" if folder is not None else captures / "_loop") / name
+
+
 def _first_submission(body: str) -> str | None:
     """The submission of the last first-submission marker that starts a line of ``body``
     outside the code fences (CommonMark: a fence closes with a run of the same
@@ -219,13 +233,18 @@ class GitHubTracker:
         self._down: str | None = None
         # What went wrong, each distinct message once, for the user (FileResult.reason is terse).
         self.problems: dict[str, None] = {}
+        # The repository's lock (see _locked): what this tracker last read or wrote there.
+        self._lock_path = _lock_path(Path(captures), repo)
+        self._seen_token: bytes | None = None
+        self._wrote = False
 
     # -- the Tracker protocol --------------------------------------------
 
     def file(self, draft: IssueDraft, occurrence: Occurrence) -> FileResult:
         """Open, +1 or recognise; on any ``gh`` trouble, spool. Raises only if the spool cannot be written."""
         try:
-            return self._file(draft, occurrence)
+            with self._locked():
+                return self._file(draft, occurrence)
         except _Degraded as e:
             return self._spool(draft, occurrence, str(e))
         except Exception as e:  # noqa: BLE001 - a bug here must not lose the occurrence
@@ -234,6 +253,42 @@ class GitHubTracker:
 
     def close(self) -> None:
         self.spool.close()
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold the repository's lock on this machine while one occurrence is filed.
+
+        What this tracker knows of the issues (each one's counted submissions,
+        the labels) stays true only while nobody else writes: two runs at once
+        each posted a +1 for the same new submission. The lock file holds a
+        token that every writer changes; one that changed since this tracker
+        last held the lock means another run wrote, and what it knew is
+        forgotten (looked up again). Held during the pacing waits too, so two
+        runs share GitHub's limits instead of doubling the rate.
+        """
+        try:
+            self._lock_path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise _Degraded(f"gh-degraded:lock {e.strerror or e}") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            token = os.pread(fd, 64, 0)
+            if token != self._seen_token:
+                self._issues.clear()
+                self._labels = None
+                self._labels_complete = True
+            self._wrote = False
+            try:
+                yield
+            finally:
+                if self._wrote:
+                    token = os.urandom(16).hex().encode()
+                    os.pwrite(fd, token, 0)
+                    os.ftruncate(fd, len(token))
+                self._seen_token = token
+        finally:
+            os.close(fd)  # closing releases the lock
 
     def bootstrap_labels(self) -> dict[str, bool]:
         """Create (or update) the six ``class:`` labels; ``{class: ok}``. Never raises."""
@@ -433,6 +488,8 @@ class GitHubTracker:
             r = self.runner(argv, timeout=self.timeout)
         except Exception as e:  # noqa: BLE001 - an injected runner must not break the never-raise rule
             r = GhResult(False, 1, "", str(e))
+        if argv[1] in ("create", "comment", "close"):
+            self._wrote = True  # even when it failed: a create that timed out may have landed
         if r.ok and argv[1] in ("create", "comment"):
             self._failures = 0  # a write went through: GitHub takes writes again
         return r

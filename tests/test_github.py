@@ -354,13 +354,17 @@ def test_own_plus_ones_count_without_write_access(gh: FakeGh, captures: Path, fa
 
 
 def test_an_issue_opened_meanwhile_by_another_run_is_the_one_counted_on(
-        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # Run B lists the labels first (it files another failure), then run A opens an issue for
     # failure K. B's label list does not show K's label, so B opens an issue of its own.
+    # (Runs on two machines: on one, they share a lock, and B would look again.)
     draft, first = failure()
     _, second = failure(ts="20260802T093000Z")
+    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path / "machine-b"))
     b = tracker(captures, fake_clock)
     assert b.file(*failure(model="acme/Unrelated-3B")).issue == 1
+    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path / "machine-a"))
     a = tracker(captures, FakeClock())
     assert (a.file(draft, first).action, a.file(draft, first).issue) == (FileAction.OPENED, 2)
     gh.forget_calls()
@@ -379,6 +383,26 @@ def test_an_issue_opened_meanwhile_by_another_run_is_the_one_counted_on(
             assert (t.file(draft, occ).action, t.file(draft, occ).issue) == (FileAction.ALREADY_COUNTED, 2)
     _, third = failure(ts="20260803T093000Z")
     assert (a.file(draft, third).action, a.file(draft, third).issue) == (FileAction.PLUS_ONE, 2)
+
+
+def test_two_runs_on_one_machine_never_count_a_submission_twice(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """Each run kept the submissions it had seen counted on an issue: a +1 another run
+    posted meanwhile was not among them, and the same submission got a second +1."""
+    draft, first = failure()
+    _, second = failure(ts="20260802T093000Z")
+    a = tracker(captures, fake_clock)
+    assert a.file(draft, first).action is FileAction.OPENED
+    b = tracker(captures, FakeClock())
+    assert b.file(draft, second).action is FileAction.PLUS_ONE
+    assert a.file(draft, second).action is FileAction.ALREADY_COUNTED  # b wrote: a looked again
+    assert [plus_one_submission(c["body"]) for c in gh.issues()[0]["comments"]] == [second.submission]
+    gh.forget_calls()
+    _, third = failure(ts="20260803T093000Z")
+    assert a.file(draft, third).action is FileAction.PLUS_ONE
+    assert a.file(draft, third).action is FileAction.ALREADY_COUNTED
+    # Nobody else wrote between a's own calls: what it knew still held, no lookup.
+    assert [c[:2] for c in gh.calls()] == [["issue", "comment"]]
 
 
 def test_a_failed_settle_listing_keeps_the_new_issue(captures: Path, fake_clock: FakeClock, failure: Any,
