@@ -484,13 +484,19 @@ class _Filer:
             if self._background:
                 if self._writer is None:
                     self._writer = ThreadPoolExecutor(1, thread_name_prefix="loop-rules-review")
-                self._writing = self._writer.submit(self.review.add_many, reviews)
+                self._writing = self._writer.submit(self._add_reviews, reviews)
             else:
                 started = time.monotonic()
-                written = self.review.add_many(reviews)
+                written = self._add_reviews(reviews)
                 took = time.monotonic() - started
                 self._background = took > max(REVIEW_SYNC_LIMIT * len(reviews), REVIEW_STALL)
                 self._count_reviews(written)
+
+    def _add_reviews(self, reviews: list[tuple[dict[str, Any], Occurrence]]) -> tuple[list[Any], list[str]]:
+        """Queue a batch: what was written, and the damaged entries skipped. One such
+        entry used to stop the run, and with it the filing of every other failure."""
+        problems: list[str] = []
+        return self.review.add_many(reviews, problems), problems
 
     def _file_pending(self) -> None:
         if not self.pending:
@@ -527,12 +533,15 @@ class _Filer:
         if writing is not None:
             self._count_reviews(writing.result())
 
-    def _count_reviews(self, written: list[tuple[bool, Path]]) -> None:
+    def _count_reviews(self, batch: tuple[list[tuple[bool | None, Path]], list[str]]) -> None:
+        written, problems = batch
         for added, _path in written:
             if added:
                 self.summary.review_queued += 1
-            else:
+            elif added is not None:
                 self.summary.already_counted += 1
+        # Left for a person, as `review list` and settling leave it; queued by a later run.
+        self.summary.warn(tuple(f"review queue: {p}; not queued" for p in problems))
 
     def _count(self, result: FileResult) -> None:
         summary = self.summary

@@ -368,15 +368,20 @@ class _OccurrenceFiles:
         self._kept: dict[Path, _Kept] = {}  # in order of last write
         self._listing = True  # list the folder once per batch (see LISTING_LIMIT)
 
-    def append(self, items: Sequence[tuple[str, Callable[[], dict[str, Any]], Occurrence]]) -> list[tuple[bool, Path]]:
+    def append(self, items: Sequence[tuple[str, Callable[[], dict[str, Any]], Occurrence]],
+               problems: list[str] | None = None) -> list[tuple[bool | None, Path]]:
         """For each ``(file name, fresh document, occurrence)``: whether the occurrence
         was added (False: already there), and the file; ``fresh`` makes the document
         of a file that does not exist yet.
 
-        :raises TrackerError: a file that cannot be read, or whose ``occurrences`` is
-            not a list; nothing is written then.
+        :param problems: where a file that cannot be read, or whose ``occurrences``
+            is not a list, is reported: its occurrences are skipped (None), it is
+            left as it is, and the others are written. Without it, such a file
+            raises.
+        :raises TrackerError: such a file (``problems`` not given); nothing is written then.
         """
-        out: list[tuple[bool, Path]] = []
+        out: list[tuple[bool | None, Path]] = []
+        skipped: set[Path] = set()
         docs: dict[Path, dict[str, Any]] = {}
         # Each file's submissions as a set: a scan of its list per occurrence would make
         # one failure that thousands of users hit cost quadratic time.
@@ -390,6 +395,9 @@ class _OccurrenceFiles:
                 self._listing = False
             for name, fresh, occurrence in items:
                 path = self.directory / name
+                if path in skipped:
+                    out.append((None, path))
+                    continue
                 current = docs.get(path)
                 if current is None:
                     exists = present is None or name in present  # unknown: open it and see
@@ -397,8 +405,16 @@ class _OccurrenceFiles:
                     if kept is not None and exists and _signature(path) == kept.signature:
                         current, seen[path], texts[path] = kept.doc, kept.seen, kept.texts
                     else:
-                        current = (_read_json(path) if exists else None) or fresh()
-                        seen[path] = submissions_of(occurrence_list(current, path))
+                        try:
+                            current = (_read_json(path) if exists else None) or fresh()
+                            seen[path] = submissions_of(occurrence_list(current, path))
+                        except TrackerError as e:
+                            if problems is None:
+                                raise
+                            problems.append(str(e))  # left for a person, as `review list` leaves it
+                            skipped.add(path)
+                            out.append((None, path))
+                            continue
                     docs[path] = current
                 if occurrence.submission in seen[path]:
                     out.append((False, path))
@@ -592,14 +608,20 @@ class ReviewQueue:
     def add(self, payload: dict[str, Any], occurrence: Occurrence) -> tuple[bool, Path]:
         """Queue one occurrence; False when it was already queued."""
         ((added, path),) = self.add_many([(payload, occurrence)])
-        return added, path
+        return bool(added), path  # never None: without problems, a damaged entry raises
 
-    def add_many(self, items: Sequence[tuple[dict[str, Any], Occurrence]]) -> list[tuple[bool, Path]]:
+    def add_many(self, items: Sequence[tuple[dict[str, Any], Occurrence]],
+                 problems: list[str] | None = None) -> list[tuple[bool | None, Path]]:
         """Queue several occurrences, each as :meth:`add` would, under one lock:
         a failure's file is read and written once however many of its
-        occurrences come, and the folder is synced once (see :class:`_OccurrenceFiles`)."""
+        occurrences come, and the folder is synced once (see :class:`_OccurrenceFiles`).
+
+        :param problems: where a damaged entry is reported; its occurrences are not
+            queued (None) and the others are. Without it, a damaged entry raises
+            :class:`TrackerError` and nothing is queued.
+        """
         return self._files.append([(f"{payload['dedup_hash']}.json", functools.partial(dict, payload), occurrence)
-                                   for payload, occurrence in items])
+                                   for payload, occurrence in items], problems)
 
     def items(self, problems: list[str] | None = None) -> list[dict[str, Any]]:
         """Every entry, sorted by file name, each with ``_path`` added.

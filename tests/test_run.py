@@ -535,9 +535,9 @@ def test_review_batches_keep_their_own_schedule(factor: int, captures: Path, eng
     sizes: list[int] = []
     add_many = ReviewQueue.add_many
 
-    def recording(self: ReviewQueue, items: Any) -> Any:
+    def recording(self: ReviewQueue, items: Any, problems: Any = None) -> Any:
         sizes.append(len(items))
-        return add_many(self, items)
+        return add_many(self, items, problems)
 
     monkeypatch.setattr(ReviewQueue, "add_many", recording)
     tracker = RecordingSqlite(captures / "_loop" / "tracker.sqlite")
@@ -587,9 +587,9 @@ def test_review_batches_move_off_the_callers_thread_once_a_write_is_slow(
     calls: list[tuple[str, list[str]]] = []
     add_many = ReviewQueue.add_many
 
-    def recording(self: ReviewQueue, items: Any) -> Any:
+    def recording(self: ReviewQueue, items: Any, problems: Any = None) -> Any:
         calls.append((threading.current_thread().name, [occ.bundle for _payload, occ in items]))
-        return add_many(self, items)
+        return add_many(self, items, problems)
 
     monkeypatch.setattr(ReviewQueue, "add_many", recording)
     tracker = SqliteTracker.for_captures(captures)
@@ -617,11 +617,11 @@ def test_a_failing_review_write_stops_the_run_and_keeps_the_batches_before_it(
     add_many = ReviewQueue.add_many
     seen: list[int] = []
 
-    def failing_third(self: ReviewQueue, items: Any) -> Any:
+    def failing_third(self: ReviewQueue, items: Any, problems: Any = None) -> Any:
         seen.append(len(items))
         if len(seen) == 3:
             raise TrackerError("disk full")
-        return add_many(self, items)
+        return add_many(self, items, problems)
 
     monkeypatch.setattr(ReviewQueue, "add_many", failing_third)
     tracker = SqliteTracker.for_captures(captures)
@@ -713,3 +713,22 @@ def test_an_unknown_from_a_tier1_plugin_is_still_queued_for_review(tmp_path: Pat
         tracker.close()
     assert (summary.review_queued, summary.dismissed) == (1, 0)
     assert len(list((tmp_path / "c" / "_review-queue").glob("*.json"))) == 1
+
+
+def test_a_damaged_review_entry_is_skipped_and_the_run_goes_on(captures: Path, tmp_path: Path) -> None:
+    """It stopped the run (status 2) at the first review batch, and with it the filing of
+    every other failure; `review list` and settling already left such a file alone."""
+    clean = tmp_path / "clean"
+    shutil.copytree(EXAMPLES, clean)
+    expected = json.loads(invoke("run", str(clean), "--format", "json").output)
+    damaged = captures / "_review-queue" / "53882704cbe1.json"
+    damaged.parent.mkdir()
+    damaged.write_text('{"dedup_hash": ', encoding="utf-8")
+    summary = json.loads(invoke("run", str(captures), "--format", "json").output)
+    assert damaged.read_text(encoding="utf-8") == '{"dedup_hash": '  # left for a person
+    assert (summary["filed_new"], summary["plus_one"]) == (expected["filed_new"], expected["plus_one"])
+    assert summary["review_queued"] == expected["review_queued"] - 1
+    (warning,) = [w for w in summary["warnings"] if w.startswith("review queue: ")]
+    assert "53882704cbe1.json: unreadable file" in warning and warning.endswith("; not queued")
+    assert sorted(p.name for p in damaged.parent.glob("*.json")) == sorted(
+        p.name for p in (clean / "_review-queue").glob("*.json"))
