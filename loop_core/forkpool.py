@@ -215,7 +215,7 @@ def _frame(payload: bytes) -> bytes:
 
 
 def _serve(fn: Callable[[Any, Engine], Any], engine: Engine, tasks: int, answers: int,
-           mask: set[signal.Signals]) -> NoReturn:
+           mask: set[int | signal.Signals]) -> NoReturn:
     """A forked worker's life: answer each chunk read from ``tasks`` on ``answers``
     until the parent closes its end; then write out what ``fn`` printed and leave
     with ``os._exit``, which runs none of the parent's exit handlers. ``mask``: the

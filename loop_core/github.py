@@ -28,7 +28,6 @@ lines, the same three labels, the same verify-before-+1. What differs:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -44,7 +43,7 @@ from typing import Any, NoReturn
 
 from .dedup import BODY_LIMIT, IssueDraft, Occurrence, body_tuple_matches, plus_one_comment, plus_one_submission
 from .errors import TrackerError
-from .trackers import FileAction, FileResult, SpoolTracker
+from .trackers import FileAction, FileResult, SpoolTracker, held
 from .verdict import FailureClass
 
 __all__ = ["GhResult", "GitHubTracker", "label_style", "run_gh"]
@@ -271,8 +270,7 @@ class GitHubTracker:
             fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
             raise _Degraded(f"gh-degraded:lock {e.strerror or e}") from e
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with held(fd):
             token = os.pread(fd, 64, 0)
             if token != self._seen_token:
                 self._issues.clear()
@@ -287,8 +285,6 @@ class GitHubTracker:
                     os.pwrite(fd, token, 0)
                     os.ftruncate(fd, len(token))
                 self._seen_token = token
-        finally:
-            os.close(fd)  # closing releases the lock
 
     def bootstrap_labels(self) -> dict[str, bool]:
         """Create (or update) the six ``class:`` labels; ``{class: ok}``. Never raises."""

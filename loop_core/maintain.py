@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import time
@@ -22,7 +21,7 @@ from .keys import dedup_key, tier2_fingerprint
 from .pipeline import process_bundle
 from .rules import Rule, RulePack, load_rules, load_yaml_text
 from .testing import make_bundle
-from .trackers import ReviewQueue, Settled, occurrence_list, write_texts_many
+from .trackers import ReviewQueue, Settled, held, occurrence_list, write_texts_many
 from .verdict import FailureClass
 from .view import View
 
@@ -102,11 +101,8 @@ def _pack_locked(pack_dir: Path) -> Iterator[None]:
         fd = os.open(pack_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError as e:
         raise LoopError(f"{pack_dir}: cannot open the pack directory: {e.strerror or e}") from e
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with held(fd):
         yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 class OccurrenceBundles:

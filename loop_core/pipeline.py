@@ -395,6 +395,11 @@ def run_captures(
     return summary
 
 
+# A review batch written: each occurrence added (True), there already (False) or in a
+# damaged entry (None), with its file; and the damaged entries' problems.
+_ReviewBatch = tuple[list[tuple[bool | None, Path]], list[str]]
+
+
 class _Filer:
     """Hands fileable failures to the tracker (in batches when it has ``file_many``,
     else one by one) and unknowns to the review queue (in batches).
@@ -436,7 +441,7 @@ class _Filer:
         self.since = self.review_since = 0.0
         self._background = False  # set once a batch written in this thread was slow
         self._writer: ThreadPoolExecutor | None = None
-        self._writing: Future[list[tuple[bool, Path]]] | None = None
+        self._writing: Future[_ReviewBatch] | None = None
 
     def file(self, draft: IssueDraft, occurrence: Occurrence) -> None:
         assert self.tracker is not None
@@ -492,7 +497,7 @@ class _Filer:
                 self._background = took > max(REVIEW_SYNC_LIMIT * len(reviews), REVIEW_STALL)
                 self._count_reviews(written)
 
-    def _add_reviews(self, reviews: list[tuple[dict[str, Any], Occurrence]]) -> tuple[list[Any], list[str]]:
+    def _add_reviews(self, reviews: list[tuple[dict[str, Any], Occurrence]]) -> _ReviewBatch:
         """Queue a batch: what was written, and the damaged entries skipped. One such
         entry used to stop the run, and with it the filing of every other failure."""
         problems: list[str] = []
@@ -533,7 +538,7 @@ class _Filer:
         if writing is not None:
             self._count_reviews(writing.result())
 
-    def _count_reviews(self, batch: tuple[list[tuple[bool | None, Path]], list[str]]) -> None:
+    def _count_reviews(self, batch: _ReviewBatch) -> None:
         written, problems = batch
         for added, _path in written:
             if added:

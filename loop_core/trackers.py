@@ -248,11 +248,18 @@ def locked(directory: Path) -> Iterator[None]:
         fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         raise TrackerError(f"{directory}: cannot use this folder: {e.strerror}") from e
+    with held(fd):
+        yield
+
+
+@contextlib.contextmanager
+def held(fd: int) -> Iterator[int]:
+    """An exclusive advisory lock (``flock``) on the open file or folder ``fd``, which
+    is closed (and so unlocked) at the end, however the block ends."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        yield fd
     finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
 
