@@ -112,6 +112,20 @@ def _stopped(e: BaseException | None) -> NoReturn:
     sys.exit(TERMINATED if terminated else INTERRUPTED)
 
 
+def _interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM that ``error`` was raised while handling, if any: Python
+    wraps one that lands in a class's ``__set_name__`` (a module imported late, a
+    dataclass being made) in a RuntimeError, which read as an internal error."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
@@ -1178,6 +1192,9 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"loop-rules: system error: {e.strerror or e}{where}", err=True)
         sys.exit(SYSTEM_ERROR)
     except Exception as e:  # noqa: BLE001 - the last line of defence
+        stop = _interrupt_behind(e)
+        if stop is not None:  # Ctrl-C inside code that wraps what it raises (a class being made)
+            _stopped(stop)
         if os.environ.get("LOOP_RULES_DEBUG"):
             raise
         click.echo(f"loop-rules: internal error: {type(e).__name__}: {e} "

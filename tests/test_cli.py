@@ -236,6 +236,34 @@ def test_ctrl_c_is_one_line_and_status_130(tmp_path: Path, monkeypatch, jobs: st
     assert len(result.stdout.splitlines()) == 3  # the rows printed before it
 
 
+@pytest.mark.parametrize("name, status, line", [
+    ("KeyboardInterrupt", 130, "loop-rules: interrupted"),
+    ("Terminated", 143, "loop-rules: terminated"),
+])
+def test_a_signal_python_wraps_in_another_error_is_still_a_stop(  # type: ignore[no-untyped-def]
+        monkeypatch, capsys, name: str, status: int, line: str) -> None:
+    """Ctrl-C landing in a dataclass being made (a module imported late) comes out as
+    "RuntimeError: Error calling __set_name__": it read as an internal error, status 70."""
+    import gc
+
+    import loop_core.cli as cli_module
+
+    stop = cli_module.Terminated() if name == "Terminated" else KeyboardInterrupt()
+
+    def parse_args(*args, **kwargs):  # type: ignore[no-untyped-def]
+        try:
+            raise stop
+        except KeyboardInterrupt as e:
+            raise RuntimeError("Error calling __set_name__ on '_FieldDescriptor' instance") from e
+
+    monkeypatch.setattr(cli_module.cli, "parse_args", parse_args)
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # main() ends processes; this one goes on
+    with pytest.raises(SystemExit) as stopped:
+        cli_module.main(["classify", "examples/pull-captures"])
+    assert stopped.value.code == status
+    assert capsys.readouterr().err.strip() == line
+
+
 @pytest.mark.parametrize("signal_error, status, line", [
     (KeyboardInterrupt, 130, "loop-rules: interrupted"),
     ("Terminated", 143, "loop-rules: terminated"),
