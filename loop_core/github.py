@@ -132,14 +132,14 @@ def _body_argv(text: str) -> Iterator[list[str]]:
             os.unlink(path)
 
 
-def _lock_path(captures: Path, repo: str | None) -> Path:
+def _lock_paths(captures: Path, repo: str | None) -> list[Path]:
     """The file every run on this machine filing into ``repo`` locks: in the cache
-    folder, or the captures folder's ``_loop/`` when the cache is off."""
+    folder; the captures folder's ``_loop/`` when the cache is off or cannot be written."""
     from .packcache import cache_dir
 
     name = re.sub(r"[^A-Za-z0-9._-]", "_", repo or "gh-default-repo") + ".lock"
     folder = cache_dir()
-    return (folder / "github" if folder is not None else captures / "_loop") / name
+    return ([folder / "github" / name] if folder is not None else []) + [captures / "_loop" / name]
 
 
 def _first_submission(body: str) -> str | None:
@@ -233,7 +233,7 @@ class GitHubTracker:
         # What went wrong, each distinct message once, for the user (FileResult.reason is terse).
         self.problems: dict[str, None] = {}
         # The repository's lock (see _locked): what this tracker last read or wrote there.
-        self._lock_path = _lock_path(Path(captures), repo)
+        self._lock_paths = _lock_paths(Path(captures), repo)
         self._seen_token: bytes | None = None
         self._wrote = False
 
@@ -265,11 +265,19 @@ class GitHubTracker:
         forgotten (looked up again). Held during the pacing waits too, so two
         runs share GitHub's limits instead of doubling the rate.
         """
-        try:
-            self._lock_path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise _Degraded(f"gh-degraded:lock {e.strerror or e}") from e
+        fd = None
+        for path in self._lock_paths:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                break
+            except OSError as e:
+                failed = f"{path}: {e.strerror or e}"
+        if fd is None:  # filing goes on: the lock only guards against another run at once
+            self.problems[f"could not make the lock file {failed}; filed without it (another run filing into "
+                          "this repository at the same time could count a submission twice)"] = None
+            yield
+            return
         with held(fd):
             token = os.pread(fd, 64, 0)
             if token != self._seen_token:

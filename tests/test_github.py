@@ -751,3 +751,24 @@ def test_problems_name_each_failing_call_once(gh: FakeGh, captures: Path, fake_c
     for ts in ("20260801T093000Z", "20260802T093000Z"):
         assert t.file(failure(model=f"acme/M-{ts}", ts=ts)[0], failure(ts=ts)[1]).action is FileAction.SPOOLED
     assert list(t.problems) == ["`gh issue create` failed (exit 1): HTTP 502: simulated"]
+
+
+def test_a_lock_that_cannot_be_made_does_not_stop_the_filing(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock only guards against another run at once: a cache folder that cannot be
+    written sends it to the captures folder, and with neither, filing goes on and says so."""
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("", encoding="utf-8")
+    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(blocked))
+    draft, first = failure()
+    t = tracker(captures, fake_clock)
+    assert t.file(draft, first).action is FileAction.OPENED
+    assert (captures / "_loop" / f"{REPO.replace('/', '_')}.lock").exists() and not t.problems
+    (captures / "_loop").rename(captures / "_loop-moved")
+    (captures / "_loop").write_text("", encoding="utf-8")  # not a folder either
+    _, second = failure(ts="20260802T093000Z")
+    u = tracker(captures, FakeClock())
+    assert u.file(draft, second).action is FileAction.PLUS_ONE
+    (problem,) = u.problems
+    assert problem.startswith("could not make the lock file ") and "filed without it" in problem
