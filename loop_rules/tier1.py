@@ -113,16 +113,27 @@ def resolve_inputs(ctx: MatchContext) -> dict[str, Any]:
             "gpu_worker_reported_mib": None, "source": None}
 
 
+def _finite(value: float | int) -> bool:
+    """Whether ``value`` can be a count of MiB: not NaN or infinite, and not an int
+    beyond any float (``math.isfinite`` raises for one: the whole Tier-1 match was
+    skipped, and a real OOM read as unknown)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _number(value: Any) -> float | int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return value if math.isfinite(value) else None
+        return value if _finite(value) else None
     if isinstance(value, str):
         try:
-            return int(value.strip())
+            number = int(value.strip())
         except ValueError:
             return None
+        return number if _finite(number) else None
     return None
 
 
@@ -131,7 +142,7 @@ def predicted_total_mib(breakdown: Any) -> int | None:
     if not isinstance(breakdown, dict):
         return None
     numbers = {k: v for k, v in breakdown.items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+               if isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v)}
     if not numbers:
         return None
     if "total" in numbers:

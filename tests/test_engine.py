@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 import pluggy
 import pytest
@@ -88,6 +89,32 @@ def test_tier1_oom_without_worker_number_is_filed_but_not_routed(reference_engin
                           "pt3": {"failure": OOM, "actual": {"attempted_alloc_mib": 2560, "gpu_worker_reported_mib": None}}})
     v = reference_engine.classify(bundle)
     assert v.failure_class is FailureClass.GENUINE_OOM and v.should_file and not v.route_as_kv_calc_bug
+
+
+@pytest.mark.parametrize("where", ["worker", "attempted", "breakdown", "worker-text"])
+@pytest.mark.parametrize("pack", ["reference", "default"])
+def test_a_number_beyond_any_float_is_unusable_not_a_skipped_tier1(pm: pluggy.PluginManager, where: str,
+                                                                   pack: str) -> None:
+    """math.isfinite raises for such an int: the Tier-1 matcher was skipped with a warning,
+    and an OOM the log names read as unknown."""
+    huge = 10 ** 400
+    actual: dict[str, Any] = {"attempted_alloc_mib": 2560, "gpu_worker_reported_mib": 22880}
+    breakdown = dict(PRED)
+    if where == "worker":
+        actual["gpu_worker_reported_mib"] = huge
+    elif where == "worker-text":
+        actual["gpu_worker_reported_mib"] = str(huge)
+    elif where == "attempted":
+        actual["attempted_alloc_mib"] = huge
+    else:
+        breakdown["weights"] = huge
+    bundle = make_bundle({"pt1": {"predicted_b_breakdown": breakdown},
+                          "pt3": {"failure_log_excerpt": "torch.cuda.OutOfMemoryError: CUDA out of memory.",
+                                  "actual": actual}})
+    v = Engine.build(pack, pm).classify(bundle)
+    assert (v.failure_class, v.tier) == (FailureClass.GENUINE_OOM, Tier.TIER1)
+    assert v.warnings == ()
+    assert v.route_as_kv_calc_bug is False or where == "breakdown"
 
 
 def test_pt5_inputs_take_precedence(reference_engine: Engine) -> None:
