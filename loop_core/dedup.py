@@ -81,6 +81,7 @@ TUPLE_FIELDS = DedupKey._fields
 # go as one, instead of the first stopping at the second's "_" and leaving its body.
 # The start of a credential assignment up to its value (group 1 is left open: each
 # pattern below closes it after what it keeps).
+LIST_REACH = 256  # characters of a logged list of credentials that are scrubbed as one
 _CREDENTIAL = (r"(?i)(?<![A-Za-z0-9])((?:token|api[_ -]?key|secret(?:[_-]?key)?|password|passwd|access[_-]?key|"
                r"private[_-]?key|credentials?)\\?[\"']?\s*[=:]\s*")
 _SECRETS = (
@@ -117,7 +118,9 @@ _SECRETS = (
     # "[PAD]") nor None/null/true/false.
     # (The name is matched from its credential word on, which must start a word or follow
     # a "_", "." or "-": trying a whole name at every position of a long log cost more.)
-    (re.compile(_CREDENTIAL + r"\[)(?=\s*[\"'])[^\]\n]*(\])"), r"\1<REDACTED>\2"),
+    # (A list is looked for up to LIST_REACH characters: unbounded, a line of many
+    # "api_key=['" and no "]" was scanned to its end from each of them, quadratic.)
+    (re.compile(_CREDENTIAL + r"\[)(?=\s*[\"'])[^\]\n]{0,%d}(\])" % LIST_REACH), r"\1<REDACTED>\2"),
     (re.compile(_CREDENTIAL + r")b?\\?(?:\"(?![<\[])[^\"\n]+\"|'(?![<\[])[^'\n]+')"), r"\1'<REDACTED>'"),
     (re.compile(_CREDENTIAL + r")(?![<\[]|(?:none|null|true|false)\b)[^\s\"',;\[\])}]+"), r"\1<REDACTED>"),
     # The same as a command-line flag: "--api-key sk-...", "--hf-token=hf_...".

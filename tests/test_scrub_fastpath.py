@@ -144,3 +144,26 @@ def test_credentials_in_the_forms_engines_log_them(text: str, kept: list[str], g
     out = sanitize(text)
     assert all(piece in out for piece in kept), out
     assert not any(piece in out for piece in gone), out
+
+
+
+def test_a_line_of_unclosed_credential_lists_does_not_stall_the_scrub() -> None:
+    """Each "api_key=['" without a "]" after it was scanned to the end of the line, so
+    the time grew with the square of the line: a 200 KB one took half a minute in `run`
+    and `report`, this 400 KB one minutes. (A hang guard, not a speed target: it now
+    takes well under a second.)"""
+    import signal
+
+    def expired(signum: int, frame: object) -> None:
+        raise TimeoutError("scrubbing a 400 KB line took over 30 s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(30)
+    try:
+        text = "RuntimeError: " + "api_key=['" * 40_000
+        assert scrub_secrets(text) == text  # no list closes: nothing to redact
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    logged = "args: {'api_key': ['sk-live-SECRET0123456789', 'second-secret'], 'port': 8000}"
+    assert scrub_secrets(logged) == "args: {'api_key': [<REDACTED>], 'port': 8000}"
