@@ -112,6 +112,15 @@ def _stopped(e: BaseException | None) -> NoReturn:
     sys.exit(TERMINATED if terminated else INTERRUPTED)
 
 
+def _strict_json(doc: Any) -> str:
+    """``doc`` as indented JSON that any parser reads: a bundle may hold NaN or
+    Infinity (the reader accepts them), which JSON has no number for, so they are
+    written as strings (as classify writes them)."""
+    from .jsontext import strict_dumps
+
+    return strict_dumps(lambda value: json.dumps(value, indent=2), doc)
+
+
 def _interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
     """The Ctrl-C or SIGTERM that ``error`` was raised while handling, if any: Python
     wraps one that lands in a class's ``__set_name__`` (a module imported late, a
@@ -719,7 +728,7 @@ def diff(corpus: tuple[Path, ...], new_rules: str, old_rules: str, fmt: str, fai
     report = diff_packs(corpus, _engine(old_rules), _engine(new_rules))
     report.old_pack, report.new_pack = old_rules, new_rules  # as the user named them
     if fmt == "json":
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        click.echo(_strict_json(report.to_dict()))
     elif fmt == "markdown":
         click.echo(report.markdown(), nl=False)
     else:
@@ -849,7 +858,7 @@ def run(captures: Path, tracker_name: str, repo: str | None, rules: str, catalog
     _tell_problems(tracker, captures)
     data = summary.to_dict()
     if fmt == "json":
-        click.echo(json.dumps(data, indent=2))
+        click.echo(_strict_json(data))
         return
     _run_table(captures, data, tracker_name)
 
@@ -941,7 +950,7 @@ def tracker_list(captures: Path, fmt: str) -> None:
     finally:
         db.close()
     if fmt == "json":
-        click.echo(json.dumps(issues, indent=2))
+        click.echo(_strict_json(issues))
         return
     click.echo(f"{'#':>4}  {'COUNT':>5}  {'CLASS':19} {'DEDUP':12}  TITLE")
     for i in issues:
@@ -970,7 +979,7 @@ def tracker_show(captures: Path, issue: str, fmt: str) -> None:
     if found is None:
         raise LoopClickError(f"{captures}: no issue {issue!r} in the tracker")
     if fmt == "json":
-        click.echo(json.dumps(found, indent=2))
+        click.echo(_strict_json(found))
         return
     click.echo(f"#{found['id']} {_shown(found['title'])}")
     click.echo(f"labels: {_shown(', '.join(found['labels']))}")
@@ -1018,7 +1027,7 @@ def review_list(captures: Path, fmt: str) -> None:
     for problem in problems:  # one damaged file does not hide the others
         click.echo(f"loop-rules: warning: skipped {_shown(problem)}", err=True)
     if fmt == "json":
-        click.echo(json.dumps(items, indent=2))
+        click.echo(_strict_json(items))
         return
     click.echo(f"{'DEDUP':12}  {'COUNT':>5}  {'MODEL':40}  ERROR")
     for item in items:

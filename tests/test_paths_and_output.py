@@ -97,6 +97,25 @@ def test_non_finite_numbers_of_a_bundle_come_out_as_strings(tmp_path: Path) -> N
     strict_json(cli("trust", "--format", "json", tmp_path / "c").stdout)
 
 
+def test_non_finite_numbers_in_the_trackers_come_out_as_strings_too(tmp_path: Path) -> None:
+    """review list, tracker list/show and run printed a bare NaN, which no strict parser reads."""
+    captures = tmp_path / "c"
+    for name, text in (("unknown", "RuntimeError: the frobnicator refused"),
+                       ("oom", OOM["pt3"]["failure_log_excerpt"])):
+        target = write_bundle(captures / name / "1", make_bundle({"pt3": {"failure": text}}))
+        manifest = target / "manifest.json"
+        manifest.write_text(manifest.read_text(encoding="utf-8").replace('"arch_family": "LlamaForCausalLM"',
+                                                                        '"arch_family": NaN'), encoding="utf-8")
+        assert "NaN" in manifest.read_text(encoding="utf-8")
+    summary = strict_json(cli("run", captures, "--format", "json").stdout)
+    assert (summary["filed_new"], summary["review_queued"]) == (1, 1)
+    (entry,) = strict_json(cli("review", "list", captures, "--format", "json").stdout)
+    assert entry["canonical"]["tuple"]["arch_family"] == "NaN"
+    (issue,) = strict_json(cli("tracker", "list", captures, "--format", "json").stdout)
+    shown = strict_json(cli("tracker", "show", captures, str(issue["id"]), "--format", "json").stdout)
+    assert shown["dedup_hash"] == issue["dedup_hash"]
+
+
 def test_a_hand_edited_review_file_does_not_break_the_report(tmp_path: Path) -> None:
     captures = tmp_path / "c"
     write_bundle(captures / "a" / "1", make_bundle())
