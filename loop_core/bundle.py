@@ -244,14 +244,14 @@ def _read_capture(files: _Files, manifest: dict[str, Any]) -> Bundle:
     root = files.root
     schema = manifest.get("schema", "<absent>")
     if schema != 1:
-        raise BundleError(f"{root / MANIFEST}: unsupported schema {schema!r}, expected 1 or 2", path=root)
+        raise BundleError(f"{root / MANIFEST}: unsupported schema {_got(schema)}, expected 1 or 2", path=root)
     missing = sorted(MANIFEST_KEYS_V1 - manifest.keys())
     if missing:
         raise BundleError(f"{root / MANIFEST}: missing keys {', '.join(missing)}", path=root)
     if manifest["failure_class"] is not None:
         raise BundleError(
             f"{root / MANIFEST}: failure_class must be null (the producer never classifies), "
-            f"got {manifest['failure_class']!r}",
+            f"got {_got(manifest['failure_class'])}",
             path=root,
         )
     parts = []
@@ -260,7 +260,7 @@ def _read_capture(files: _Files, manifest: dict[str, Any]) -> Bundle:
         if doc is None:
             raise BundleError(f"{root / name}: missing", path=root)
         if "schema" in doc and doc["schema"] != 1:
-            raise BundleError(f"{root / name}: schema must be 1, got {doc['schema']!r}", path=root)
+            raise BundleError(f"{root / name}: schema must be 1, got {_got(doc['schema'])}", path=root)
         _expect_point(root, name, doc, point)
         parts.append(doc)
     # §2.2.7: pt5 is read only if it "exists as a file"; a directory is ignored.
@@ -279,26 +279,38 @@ def _read_gate(files: _Files, manifest: dict[str, Any]) -> Bundle:
     if manifest["outcome"] != "hard-block":
         raise BundleError(
             f"{where}: a gate-only bundle must have outcome 'hard-block', "
-            f"got {manifest['outcome']!r}",
+            f"got {_got(manifest['outcome'])}",
             path=root,
         )
     if manifest["failure_class"] is not None:
         raise BundleError(
-            f"{where}: failure_class must be null, got {manifest['failure_class']!r}", path=root
+            f"{where}: failure_class must be null, got {_got(manifest['failure_class'])}", path=root
         )
     pt1 = files.read(PT1)
     if pt1 is None:
         raise BundleError(f"{root / PT1}: missing", path=root)
     if "schema" in pt1 and pt1["schema"] != 2:
-        raise BundleError(f"{root / PT1}: schema must be 2, got {pt1['schema']!r}", path=root)
+        raise BundleError(f"{root / PT1}: schema must be 2, got {_got(pt1['schema'])}", path=root)
     _expect_point(root, PT1, pt1, "gate")
     return Bundle(root, 2, manifest, pt1)
+
+
+SHOWN_VALUE = 80  # characters of a wrong value an error message shows
+
+
+def _got(value: Any) -> str:
+    """``repr(value)`` for an error message, cut to :data:`SHOWN_VALUE` characters: the
+    value of an 8 MB string made an 8 MB message in every table and summary."""
+    text = repr(value)
+    if len(text) <= SHOWN_VALUE:
+        return text
+    return f"{text[:SHOWN_VALUE]}\u2026 ({len(text):,} characters)"
 
 
 def _expect_point(root: Path, name: str, doc: Mapping[str, Any], point: str) -> None:
     value = doc.get("point", "<absent>")
     if value != point:
-        raise BundleError(f"{root / name}: point must be {point!r}, got {value!r}", path=root)
+        raise BundleError(f"{root / name}: point must be {point!r}, got {_got(value)}", path=root)
 
 
 def _refuse_special_entries(root: Path) -> dict[str, bool]:

@@ -371,6 +371,23 @@ def test_wrong_point(write: Any, doc: str, point: Any) -> None:
         read_bundle(path)
 
 
+@pytest.mark.parametrize("where", ["point", "schema", "failure_class"])
+def test_a_huge_wrong_value_is_named_in_a_short_message(write: Any, where: str) -> None:
+    """The whole value went into the message: an 8 MB string made an 8 MB line in every
+    table, JSON row and run summary."""
+    huge = "A" * 1_000_000
+    if where == "point":
+        path = write(patched(pt4={"point": huge}))
+    elif where == "schema":
+        path = write(patched(pt2={"schema": huge}))
+    else:
+        path = write(patched(manifest={"failure_class": huge}))
+    with pytest.raises(BundleError) as refused:
+        read_bundle(path)
+    message = str(refused.value)
+    assert len(message) < 400 and "'AAAA" in message and "(1,000,002 characters)" in message
+
+
 @pytest.mark.parametrize("doc", ["pt1", "pt2", "pt3", "pt4"])
 def test_missing_point(write: Any, doc: str) -> None:
     path = write(without(REF_DOCS, doc, "point"))
