@@ -435,6 +435,10 @@ class _Filer:
         self.queued = queued  # the queue's entries when the run started
         self.settled: dict[str, Settled] = {}  # entry -> what this run decided of it
         self.still_unknown: dict[str, dict[str, Any]] = {}  # entry -> a payload seen unknown this run
+        # entry -> the submissions seen unknown under it this run: a bundle decided now
+        # does not take them out (two bundles can claim one submission, one of them still
+        # unknown: taken out, it was queued again by the next run, and so on forever).
+        self.unknown_submissions: dict[str, set[str]] = {}
         self.pending: list[tuple[IssueDraft, Occurrence]] = []
         self.reviews: list[tuple[dict[str, Any], Occurrence]] = []
         self.review_batch = 1 if self.batch == 1 else self.batch * REVIEW_BATCH_FACTOR
@@ -462,6 +466,7 @@ class _Filer:
     def queue_review(self, payload: dict[str, Any], occurrence: Occurrence) -> None:
         if self.queued and payload["dedup_hash"] in self.queued:
             self.still_unknown[payload["dedup_hash"]] = payload
+            self.unknown_submissions.setdefault(payload["dedup_hash"], set()).add(occurrence.submission)
         if not self.reviews:
             self.review_since = time.monotonic()
         self.reviews.append((payload, occurrence))
@@ -519,6 +524,7 @@ class _Filer:
         if self.settled:
             for dedup_hash, settled in self.settled.items():
                 settled.payload = self.still_unknown.get(dedup_hash)
+                settled.submissions -= self.unknown_submissions.get(dedup_hash, set())
             problems: list[str] = []
             self.summary.review_settled += self.review.settle(self.settled, problems)
             # A damaged entry is left for a person, as review list leaves it; the run's

@@ -524,3 +524,23 @@ def test_two_learns_at_once_keep_both_entries(pack: Path, pm: pluggy.PluginManag
     assert errors == []
     exact = Engine.build(pack, pm).pack.exact
     assert exact.get("a" * 12) == "unknown" and exact.get("b" * 12) == "unknown"
+
+
+def test_two_bundles_claiming_one_submission_do_not_flip_the_queue_run_after_run(tmp_path: Path) -> None:
+    """One decided (an OOM) and one still unknown, with the same manifest and so the same
+    submission: the decided one took the other's occurrence out of the queue, the next
+    run queued it again, and so on, every other run."""
+    captures = tmp_path / "captures"
+    manifest = {"utc_ts": "20260801T000000Z"}
+    oom = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    write_bundle(captures / "a" / "20260801T000000Z", make_bundle({"manifest": manifest,
+                                                                   "pt3": {"failure_log_excerpt": oom}}))
+    write_bundle(captures / "b" / "20260801T000000Z", make_bundle({"manifest": manifest,
+                                                                   "pt3": {"failure_log_excerpt": NOVEL}}))
+    counts = []
+    for _ in range(3):
+        summary = json.loads(invoke("run", str(captures), "--format", "json").output)
+        counts.append((summary["review_queued"], summary["review_settled"]))
+        (entry,) = _queue(captures)
+        assert len(entry["occurrences"]) == 1
+    assert counts == [(1, 0), (0, 0), (0, 0)]
