@@ -14,7 +14,7 @@ lines, the same three labels, the same verify-before-+1. What differs:
 - an issue another run opened for the same failure while this one ran is
   found right after opening: the occurrence is counted there and the
   duplicate closed;
-- runs on one machine file into one repository one occurrence at a time, and
+- runs on one machine file into GitHub one occurrence at a time, and
   each forgets what it knew of the issues when another wrote meanwhile, so two
   runs at once never +1 the same submission twice;
 - creates are paced under GitHub's secondary limits and capped per run;
@@ -132,14 +132,14 @@ def _body_argv(text: str) -> Iterator[list[str]]:
             os.unlink(path)
 
 
-def _lock_paths(captures: Path, repo: str | None) -> list[Path]:
-    """The file every run on this machine filing into ``repo`` locks: in the cache
-    folder; the captures folder's ``_loop/`` when the cache is off or cannot be written."""
-    from .packcache import cache_dir
+def _lock_paths(captures: Path) -> list[Path]:
+    """The file every run on this machine filing into GitHub locks, whatever repository
+    it names (``--repo``, in any case, or gh's default: one name per repository cannot
+    be known without asking gh): in the cache folder, or the captures folder's
+    ``_loop/`` when that cannot be written."""
+    from .packcache import cache_root
 
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", repo or "gh-default-repo") + ".lock"
-    folder = cache_dir()
-    return ([folder / "github" / name] if folder is not None else []) + [captures / "_loop" / name]
+    return [cache_root() / "github.lock", captures / "_loop" / "github.lock"]
 
 
 def _first_submission(body: str) -> str | None:
@@ -233,7 +233,7 @@ class GitHubTracker:
         # What went wrong, each distinct message once, for the user (FileResult.reason is terse).
         self.problems: dict[str, None] = {}
         # The repository's lock (see _locked): what this tracker last read or wrote there.
-        self._lock_paths = _lock_paths(Path(captures), repo)
+        self._lock_paths = _lock_paths(Path(captures))
         self._seen_token: bytes | None = None
         self._wrote = False
 

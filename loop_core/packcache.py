@@ -60,6 +60,11 @@ def cache_dir() -> Path | None:
     """Where pack caches live, or None when the cache is off."""
     if switched_off("LOOP_RULES_CACHE"):
         return None
+    return cache_root()
+
+
+def cache_root() -> Path:
+    """The cache folder, whether or not the cache is on (other per-user state lives there)."""
     explicit = os.environ.get("LOOP_RULES_CACHE_DIR")
     if explicit:
         return Path(explicit)

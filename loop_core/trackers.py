@@ -255,10 +255,14 @@ def locked(directory: Path) -> Iterator[None]:
 @contextlib.contextmanager
 def held(fd: int) -> Iterator[int]:
     """An exclusive advisory lock (``flock``) on the open file or folder ``fd``, which
-    is closed (and so unlocked) at the end, however the block ends."""
+    is unlocked and closed at the end, however the block ends. (Unlocked first: a
+    process forked meanwhile shares the lock, which closing here alone would leave held.)"""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        yield fd
+        try:
+            yield fd
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
 

@@ -753,6 +753,21 @@ def test_problems_name_each_failing_call_once(gh: FakeGh, captures: Path, fake_c
     assert list(t.problems) == ["`gh issue create` failed (exit 1): HTTP 502: simulated"]
 
 
+def test_a_run_naming_the_repository_and_one_using_gh_s_default_share_the_lock(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """Each name had a lock of its own: a run with --repo and one on gh's default
+    repository (the same one) +1ed the same submission twice."""
+    draft, first = failure()
+    _, second = failure(ts="20260802T093000Z")
+    a = tracker(captures, fake_clock, repo=None)  # gh's default: the fake's is local/repo
+    assert a.file(draft, first).action is FileAction.OPENED
+    b = tracker(captures, FakeClock(), repo="local/repo")
+    assert b.file(draft, second).action is FileAction.PLUS_ONE
+    assert a.file(draft, second).action is FileAction.ALREADY_COUNTED
+    comments = gh.issues("local/repo")[0]["comments"]
+    assert [plus_one_submission(c["body"]) for c in comments] == [second.submission]
+
+
 def test_a_lock_that_cannot_be_made_does_not_stop_the_filing(
         gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -764,7 +779,7 @@ def test_a_lock_that_cannot_be_made_does_not_stop_the_filing(
     draft, first = failure()
     t = tracker(captures, fake_clock)
     assert t.file(draft, first).action is FileAction.OPENED
-    assert (captures / "_loop" / f"{REPO.replace('/', '_')}.lock").exists() and not t.problems
+    assert (captures / "_loop" / "github.lock").exists() and not t.problems
     (captures / "_loop").rename(captures / "_loop-moved")
     (captures / "_loop").write_text("", encoding="utf-8")  # not a folder either
     _, second = failure(ts="20260802T093000Z")
