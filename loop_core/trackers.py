@@ -589,7 +589,10 @@ def _spooled(path: Path) -> tuple[IssueDraft, list[Occurrence]] | None:
     # A file edited by hand, or damaged, whose hash, key and body disagree would file
     # differently in every tracker (an issue per occurrence where the body never
     # verifies, +1s under a key the body does not hold): it must agree with itself.
-    problem = ("its dedup_hash is not its tuple's" if draft.dedup_hash != draft.key.digest()
+    # (A tuple value that is an object reads back with its keys sorted, and so hashes
+    # differently from the manifest it came from: only scalar tuples are rehashed.)
+    scalar = all(value is None or isinstance(value, (str, int, float)) for value in draft.key)
+    problem = ("its dedup_hash is not its tuple's" if scalar and draft.dedup_hash != draft.key.digest()
                else "its canonical dedup_hash is not its dedup_hash"
                if draft.canonical.get("dedup_hash") != draft.dedup_hash
                else "its body's tuple block does not hold its tuple" if not body_tuple_matches(draft.body, draft.key)

@@ -439,6 +439,21 @@ def test_a_spool_file_that_disagrees_with_itself_or_is_anothers_is_left_alone(tm
     assert sorted(p.name for p in queue.glob("*.json")) == sorted(damaged)  # left for a person
 
 
+def test_a_spool_file_whose_tuple_holds_an_object_replays(tmp_path: Path, engine: Engine) -> None:
+    """The file is written with sorted keys, so such a value hashes differently read back:
+    the self-check refused the tool's own file."""
+    spool = SpoolTracker(tmp_path)
+    draft, occurrence = drafted(engine, topology_class={"gpus": 2, "card": "3090"})
+    spool.file(draft, occurrence)
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        (result,) = replay_spool(spool, db)
+        assert result.problem is None and result.drained
+        assert [r.action for r in result.results] == [FileAction.OPENED]
+    finally:
+        db.close()
+
+
 def test_a_queue_file_whose_occurrences_is_not_a_list_is_refused_and_left_alone(tmp_path: Path,
                                                                                 engine: Engine) -> None:
     from click.testing import CliRunner
