@@ -229,13 +229,14 @@ class RunSummary:
     tracker_problems: list[str] = field(default_factory=list)
     warnings: Counter[str] = field(default_factory=Counter)  # message -> bundles whose verdict carried it
 
-    def warn(self, messages: tuple[str, ...]) -> None:
-        """Count a verdict's warnings (each distinct message once a bundle); past
-        :data:`WARNINGS_KEPT` distinct ones, the rest are counted together."""
+    def warn(self, messages: tuple[str, ...], bundles: int = 1) -> None:
+        """Count a verdict's warnings (each distinct message once a bundle, or for
+        ``bundles`` bundles); past :data:`WARNINGS_KEPT` distinct ones, the rest are
+        counted together."""
         for message in set(messages):
             if message not in self.warnings and len(self.warnings) >= WARNINGS_KEPT:
                 message = OTHER_WARNINGS
-            self.warnings[message] += 1
+            self.warnings[message] += bundles
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -546,13 +547,17 @@ class _Filer:
 
     def _count_reviews(self, batch: _ReviewBatch) -> None:
         written, problems = batch
-        for added, _path in written:
+        skipped: Counter[Path] = Counter()  # damaged entries, in the order their problems came
+        for added, path in written:
             if added:
                 self.summary.review_queued += 1
-            elif added is not None:
+            elif added is None:
+                skipped[path] += 1
+            else:
                 self.summary.already_counted += 1
         # Left for a person, as `review list` and settling leave it; queued by a later run.
-        self.summary.warn(tuple(f"review queue: {p}; not queued" for p in problems))
+        for problem, bundles in zip(problems, skipped.values()):
+            self.summary.warn((f"review queue: {problem}; not queued",), bundles)
 
     def _count(self, result: FileResult) -> None:
         summary = self.summary

@@ -730,5 +730,6 @@ def test_a_damaged_review_entry_is_skipped_and_the_run_goes_on(captures: Path, t
     assert summary["review_queued"] == expected["review_queued"] - 1
     (warning,) = [w for w in summary["warnings"] if w.startswith("review queue: ")]
     assert "53882704cbe1.json: unreadable file" in warning and warning.endswith("; not queued")
+    assert summary["warnings"][warning] == 1  # the bundles not queued, as every warning counts
     assert sorted(p.name for p in damaged.parent.glob("*.json")) == sorted(
         p.name for p in (clean / "_review-queue").glob("*.json"))

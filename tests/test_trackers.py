@@ -10,7 +10,7 @@ import pytest
 
 from loop_core import DedupKey, Engine, TrackerError
 from loop_core.dedup import TUPLE_MARKER, draft_issue, occurrence_of, parse_body_tuple
-from loop_core.testing import make_bundle
+from loop_core.testing import make_bundle, write_bundle
 from loop_core.trackers import FileAction, FileResult, SpoolTracker, SqliteTracker, replay_spool
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pull-captures"
@@ -437,6 +437,29 @@ def test_a_spool_file_that_disagrees_with_itself_or_is_anothers_is_left_alone(tm
     finally:
         target.close()
     assert sorted(p.name for p in queue.glob("*.json")) == sorted(damaged)  # left for a person
+
+
+def test_a_damaged_review_entry_counts_every_occurrence_it_kept_out(tmp_path: Path, engine: Engine) -> None:
+    from loop_core.keys import dedup_key
+    from loop_core.pipeline import run_captures
+
+    bundles = [make_bundle({"manifest": {"utc_ts": f"2026080{i}T000000Z"},
+                            "pt3": {"failure_log_excerpt": "RuntimeError: the frobnicator refused"}})
+               for i in (1, 2, 3)]  # three submissions of one unknown failure: one entry
+    for i, bundle in enumerate(bundles):
+        write_bundle(tmp_path / "c" / "m" / f"{i}", bundle)
+    damaged = tmp_path / "c" / "_review-queue" / f"{dedup_key(bundles[0], 'unknown').digest()}.json"
+    damaged.parent.mkdir()
+    damaged.write_text('{"occurrences": 5}', encoding="utf-8")
+    tracker = SqliteTracker.for_captures(tmp_path / "c")
+    try:
+        summary = run_captures(tmp_path / "c", engine, tracker)
+    finally:
+        tracker.close()
+    assert (summary.by_class["unknown"], summary.review_queued, summary.already_counted) == (3, 0, 0)
+    (warning, bundles_kept_out), = summary.warnings.items()
+    assert warning.endswith("'occurrences' is a int, not a list; fix or remove the file; not queued")
+    assert bundles_kept_out == 3
 
 
 def test_a_spool_file_whose_tuple_holds_an_object_replays(tmp_path: Path, engine: Engine) -> None:
