@@ -82,7 +82,7 @@ TUPLE_FIELDS = DedupKey._fields
 # The start of a credential assignment up to its value (group 1 is left open: each
 # pattern below closes it after what it keeps).
 LIST_REACH = 256  # characters of a logged list of credentials that are scrubbed as one
-_CREDENTIAL = (r"(?i)(?<![A-Za-z0-9])((?:token|api[_ -]?key|secret(?:[_-]?key)?|password|passwd|access[_-]?key|"
+_CREDENTIAL = (r"(?i)(?<![A-Za-z0-9])((?:token|api[_-]?key|secret(?:[_-]?key)?|password|passwd|access[_-]?key|"
                r"private[_-]?key|credentials?)\\?[\"']?\s*[=:]\s*")
 _SECRETS = (
     # First, so that no pattern below takes the header's name ("...KEY==Cookie: ...")
@@ -102,12 +102,19 @@ _SECRETS = (
     (re.compile(r"(?i)\b(aws_secret_access_key|aws_session_token)(\s*[=:]\s*)[\"']?[A-Za-z0-9/+=_]{16,}[\"']?"),
      r"\1\2<REDACTED>"),
     # Vendor keys recognisable without a name before them, as API clients print them
-    # ("Incorrect API key provided: sk-proj-..."): OpenAI and Anthropic (sk-, sk-proj-,
-    # sk-ant-api03-...), Google (AIza...), Slack tokens (xoxb-...) and webhook paths.
-    (re.compile(r"(?i)(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{16,}"), "sk-<REDACTED>"),
-    (re.compile(r"(?i)(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{30,}"), "AIza<REDACTED>"),
-    (re.compile(r"(?i)(?<![A-Za-z0-9])xox[abeoprs]-[A-Za-z0-9-]{10,}"), "xox-<REDACTED>"),
-    (re.compile(r"(?i)(hooks\.slack\.com/services/)[A-Za-z0-9/_-]+"), r"\1<REDACTED>"),
+    # ("Incorrect API key provided: sk-proj-..."), each in its own shape only, so that a
+    # model or file named like one ("opus-mt-sk-en", "sk-llama-3-8b", "aizawa-lab",
+    # "xoxo-...") is left alone: OpenAI and Anthropic (sk-proj-, sk-svcacct-, sk-admin-,
+    # sk-ant-api03-, a bare sk- of 32 or more letters and digits), Google API keys
+    # (AIzaSy...), OAuth tokens (ya29.) and client secrets (GOCSPX-), Slack tokens
+    # (xoxb-<digits>-..., xapp-<digit>-...) and webhook paths. The text may be
+    # lower-cased (the error substring is): every pattern ignores case.
+    (re.compile(r"(?i)(?<![A-Za-z0-9_-])sk-(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}|"
+                r"ant-[a-z]+\d*-[A-Za-z0-9_-]{20,}|[A-Za-z0-9]{32,})"), "sk-<REDACTED>"),
+    (re.compile(r"(?i)(?<![A-Za-z0-9_-])AIzaSy[0-9A-Za-z_-]{33}(?![0-9A-Za-z_-])"), "AIza<REDACTED>"),
+    (re.compile(r"(?i)(?<![A-Za-z0-9])(ya29\.|GOCSPX-)[0-9A-Za-z_-]{20,}"), r"\1<REDACTED>"),
+    (re.compile(r"(?i)(?<![A-Za-z0-9])(?:xox[abeprs]-\d+-|xapp-\d-)[A-Za-z0-9-]{8,}"), "xox-<REDACTED>"),
+    (re.compile(r"(?i)(hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]+"), r"\1<REDACTED>"),
     (re.compile(r"(?i)\b((?:hf|hugging_face_hub|huggingface|github|gh|openai|api)_?(?:token|key))(\s*[=:]\s*)[^\s\"',;\[]+"),
      r"\1\2<REDACTED>"),
     # Any name that ends in a credential word, as an assignment, an environment
@@ -129,8 +136,12 @@ _SECRETS = (
      r"\1\2\3<REDACTED>"),
     (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?(?:bearer|token|basic)\s+)[^\s\"']+"), r"\1<REDACTED>"),
     # A bearer token without its header name (a client's "Bearer sk-..." in a message):
-    # long enough to be a token, so "Bearer token required" is left alone.
-    (re.compile(r"(?i)\b(bearer\s+)(?![<])[A-Za-z0-9._~+/=-]{16,}"), r"\1<REDACTED>"),
+    # long enough to be a token and holding a digit, so "Bearer token required" and
+    # "Bearer authentication/authorization" are left alone.
+    (re.compile(r"(?i)\b(bearer\s+)(?![<])(?=[A-Za-z._~+/=-]*\d)[A-Za-z0-9._~+/=-]{16,}"), r"\1<REDACTED>"),
+    # "API key: <value>" with a space in the name (wandb's login prompt): only a value
+    # shaped like a key (16 or more characters, a digit among them), not "API key: required".
+    (re.compile(r"(?i)\b(api key\s*[=:]\s*)(?=[^\s\"',;]*\d)[^\s\"',;]{16,}"), r"\1<REDACTED>"),
     # The look-behind keeps this linear: without it a long run of letters is tried
     # from every position (quadratic: a 100 KB log line took minutes).
     (re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"),
@@ -156,9 +167,10 @@ _SECRET_GUARDS: tuple[tuple[tuple[str, ...], bool], ...] = (
     (("akia", "asia", "agpa", "aida", "aroa"), True),
     (("aws_s",), True),
     (("sk-",), True),
-    (("aiza",), True),
-    (("xox",), True),
-    (("hooks.slack.com/services/",), True),
+    (("aizasy",), True),
+    (("ya29.", "gocspx-"), True),
+    (("xox", "xapp-"), True),
+    (("hooks.slack.com/",), True),
     (("token", "key"), True),
     (("token", "key", "secret", "passw", "credential"), True),
     (("token", "key", "secret", "passw", "credential"), True),
@@ -166,6 +178,7 @@ _SECRET_GUARDS: tuple[tuple[tuple[str, ...], bool], ...] = (
     (("--",), False),
     (("authorization",), True),
     (("bearer",), True),
+    (("api key",), True),
     (("@",), False),
     (("/home/", "/users/"), True),
     ((":\\users\\",), True),
