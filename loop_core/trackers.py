@@ -559,13 +559,13 @@ def replay_spool(spool: SpoolTracker, target: Tracker) -> list[ReplayResult]:
     return out
 
 
-def _spooled_submissions(payload: Any, dedup_hash: str) -> set[Any]:
-    """The submissions a spool file holds, as :func:`_spooled` names them."""
-    if not isinstance(payload, dict) or "occurrences" not in payload:
+def _spooled_submissions(payload: dict[str, Any], dedup_hash: str) -> set[str | None]:
+    """The submissions a spool file holds, as :func:`_spooled` names them (None for an
+    occurrence list that is no longer a list: such a file is kept)."""
+    if "occurrences" not in payload:
         return {f"spool-{dedup_hash}"}
     entries = payload["occurrences"]
-    return {e.get("submission") if isinstance(e, dict) else None for e in entries} if isinstance(entries, list) \
-        else {None}
+    return set(submissions_of(entries)) if isinstance(entries, list) else {None}
 
 
 def _spooled(path: Path) -> tuple[IssueDraft, list[Occurrence]] | None:
