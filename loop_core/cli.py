@@ -419,7 +419,7 @@ def check(rules: str, strict: bool) -> None:
         if not case.ok:
             why = f" ({case.detail})" if case.detail else ""
             problems.append(f"{case.name}: expected {case.expected}, got {case.got}{why}")
-    regex_errors, regex_warnings = probe_regexes(engine.pack.rules)
+    regex_errors, regex_warnings = probe_regexes(engine.pack.rules, engine.pack)
     problems.extend(regex_errors)
     warnings = regex_warnings + [lint.message for lint in lint_pack(engine)]
     for problem in problems:

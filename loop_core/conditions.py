@@ -36,7 +36,7 @@ TOP_LEVEL = ("manifest", "pt1", "pt2", "pt3", "pt4", "pt5", "signal")
 TEXT_SIGNALS = frozenset({"error_text", "error_substring", "error_text_lower", "all_text", "final_error"})
 
 # $.a.b-c['d e'][0]: resolved by a plain walk, no JSONPath machinery.
-_SIMPLE_PATH = re.compile(r"^\$((?:\.[A-Za-z_][\w-]*|\['[^'\\]*'\]|\[\d+\])+)$")
+_SIMPLE_PATH = re.compile(r"\$((?:\.[A-Za-z_][\w-]*|\['[^'\\]*'\]|\[\d+\])+)\Z")
 # The named steps a general path starts with (one or two), each followed by another step
 # or the end: '$.signal.red_caps[*]' gives signal, red_caps; '$..x' and '$.*' give none.
 _HEAD_STEP = re.compile(r"\.([A-Za-z_][\w-]*)|\['([^'\\]*)'\]")
@@ -199,15 +199,19 @@ def compile_selector(text: Any) -> Selector:
 
 
 def _refuse_filter_regexes(path: Any, text: str) -> None:
-    """Refuse a ``=~`` in the path's filters: jsonpath-ng searches it with :mod:`re`,
-    without the pack's time limit (a pattern that backtracks could hang a run on one
-    log); the ``regex`` operator has the limit and the literal prefilter."""
+    """Refuse a ``=~`` in the path's filters and a `` `sub(/re/, x)` `` step: jsonpath-ng
+    runs both with :mod:`re`, without the pack's time limit (a pattern that backtracks
+    could hang a run on one log); the ``regex`` operator has the limit and the literal
+    prefilter."""
     stack = [path]
     while stack:
         node = stack.pop()
         if getattr(node, "op", None) == "=~":
             raise ValueError(f"selector {text!r}: a filter's =~ regex runs without the regex time limit; "
                              "select the values and match them with the regex operator instead")
+        if type(node).__name__ == "Sub" and hasattr(node, "regex"):
+            raise ValueError(f"selector {text!r}: `sub(/.../, ...)` runs its regex without the regex time "
+                             "limit; select the values and match them with the regex operator instead")
         for child in getattr(node, "__dict__", {}).values():
             stack.extend(child if isinstance(child, (list, tuple)) else (child,))
 

@@ -1111,8 +1111,9 @@ class RegexCache:
     :mod:`loop_core.packcache`, which keys them by the pack's content and
     this code's). A pattern found there was compiled without error then, so
     it is rebuilt from the compiled code kept there (:func:`thaw_compiled`)
-    only when first searched; any other is compiled now
-    (raising ``regex.error`` as ever) and analysed, and ``dirty`` says the
+    only when first searched; any other is compiled now (raising
+    ``regex.error`` for every pattern that does not compile, even where the
+    ``regex`` module raises something else) and analysed, and ``dirty`` says the
     entries should be saved again.
     """
 
@@ -1140,8 +1141,13 @@ class RegexCache:
                 return GuardedRegex.restore(pattern, flags, data)
             except (ValueError, RecursionError):
                 pass  # a damaged entry: analyse again
-        guarded = GuardedRegex(regex.compile(pattern, flags))
-        if self.keep:
-            self.entries[key] = guarded.export()
-            self.dirty = True
+        try:
+            guarded = GuardedRegex(regex.compile(pattern, flags))
+            if self.keep:
+                self.entries[key] = guarded.export()
+                self.dirty = True
+        except RecursionError:
+            raise regex.error("groups nest too deeply to compile") from None
+        except (ValueError, OverflowError) as e:  # e.g. conflicting inline flags, a huge repeat count
+            raise regex.error(str(e)) from None
         return guarded

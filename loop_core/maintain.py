@@ -30,7 +30,7 @@ __all__ = ["Change", "DiffReport", "Lint", "OccurrenceBundles", "diff_packs", "l
 
 EXACT_FILE = "exact.yml"
 _CLASSES = [c.value for c in FailureClass]
-_FINGERPRINT = re.compile(r"^[0-9a-f]{12}$")
+_FINGERPRINT = re.compile(r"[0-9a-f]{12}\Z")
 
 
 # -- learn ------------------------------------------------------------------

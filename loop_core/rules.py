@@ -38,8 +38,8 @@ RULE_KEYS = frozenset({"id", "class", "description", "when", "examples"})
 OPTIONAL_RULE_KEYS = frozenset({"mode"})
 MODES = ("active", "shadow")
 EXAMPLE_FILES = frozenset({"manifest", "pt1", "pt2", "pt3", "pt4", "pt5"})
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-_FINGERPRINT = re.compile(r"^[0-9a-f]{12}$")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
+_FINGERPRINT = re.compile(r"[0-9a-f]{12}\Z")
 _CLASSES = {c.value for c in FailureClass}
 
 
@@ -142,6 +142,7 @@ class RulePack:
     # Makes (and remembers) the pack's regexes; see loop_core.packcache.
     regexes: RegexCache = field(default_factory=RegexCache, repr=False, compare=False)
     content: str = ""  # the full hash of the pack's files (version is its first 12 digits)
+    shown: str = ""  # how messages name the pack's directory ("rules.d"; "" for the current one)
     # Derived from ``rules`` once: the rules that decide, the shadow rules, and
     # the index of what the deciding rules need (loop_core.prefilter).
     active_rules: tuple[Rule, ...] = field(init=False, repr=False, compare=False)
@@ -303,8 +304,12 @@ def load_rules(
     shown = display_root if display_root is not None else root.name
     if not root.is_dir():
         raise RuleError(f"{root}: rule pack directory not found")
-    # A broken symbolic link is listed (and reported unreadable), not passed over.
-    files = sorted(p for p in root.iterdir() if p.suffix in (".yml", ".yaml") and (p.is_file() or p.is_symlink()))
+    # A broken symbolic link is listed (and reported unreadable), not passed over; hidden
+    # files (an editor's lock link .#10-x.yml, a Mac's ._10-x.yml) are not the pack's.
+    files = sorted(p for p in root.iterdir() if p.suffix in (".yml", ".yaml") and not p.name.startswith(".")
+                   and (p.is_file() or p.is_symlink()))
+    if not files:  # a mistyped --rules (a docs folder, say) would otherwise be a pack that decides nothing
+        raise RuleError(f"{root}: no rule files (*.yml or *.yaml) in this directory; is it a rule pack?")
     sources: dict[str, str] = {}
     digest = hashlib.sha256()
     texts: dict[str, str] = {}
@@ -333,7 +338,7 @@ def load_rules(
         regexes.documents = None
         settings, rules, exact, parsed = _compile(texts, shown, base, kinds, collect_errors, unreadable, regexes)
     pack = RulePack(
-        name=settings.name or (name or root.name),
+        name=settings.name or name or root.name or root.resolve().name,
         root=root,
         rules=tuple(rules),
         exact=MappingProxyType(exact),
@@ -343,6 +348,7 @@ def load_rules(
         sources=MappingProxyType(sources),
         regexes=regexes,
         content=content,
+        shown=shown,
     )
     regexes.remember(parsed)
     packcache.save(regexes, content)  # after the index analysed every regex it needs
@@ -408,13 +414,14 @@ def _compile(texts: dict[str, str], shown: str, settings: PackSettings, kinds: M
         for index, raw in enumerate(raw_rules):
             source = RuleSource(label, index)
             rule_id = raw.get("id") if isinstance(raw, dict) else None
-            if isinstance(rule_id, str):
-                if rule_id in seen_ids:
-                    problems.add(f"{source} {rule_id}: duplicate id, first defined at {seen_ids[rule_id]}")
-                    continue
+            valid_id = isinstance(rule_id, str) and _ID.match(rule_id) is not None  # else _load_rule says so
+            duplicate = valid_id and rule_id in seen_ids
+            if duplicate:
+                problems.add(f"{source} {rule_id}: duplicate id, first defined at {seen_ids[rule_id]}")
+            elif valid_id:
                 seen_ids[rule_id] = source
-            rule = _load_rule(raw, source, kinds, settings, problems, regexes)
-            if rule is not None:
+            rule = _load_rule(raw, source, kinds, settings, problems, regexes)  # its own problems too
+            if rule is not None and not duplicate:
                 rules.append(rule)
     if problems.items:
         raise RuleError(
@@ -443,7 +450,9 @@ def _load_settings(doc: Any, label: str, base: PackSettings, problems: _Problems
     if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not 0 < timeout <= 10:
         problems.add(f"{label}: regex_timeout must be a number of seconds in (0, 10], got {timeout!r}")
         timeout = base.regex_timeout
-    tier1 = doc.get("tier1_oom") or {}
+    tier1 = doc.get("tier1_oom")
+    if tier1 is None:  # left out, or written with no value
+        tier1 = {}
     signature: tuple[str, ...] = ()
     unless: tuple[str, ...] = ()
     surface = "reference"
@@ -488,8 +497,8 @@ def _regex_list(value: Any, where: str, problems: _Problems, regexes: RegexCache
 
     if value is None:
         return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        problems.add(f"{where}: must be a list of regular expressions")
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+        problems.add(f"{where}: must be a non-empty list of regular expressions (leave the key out for none)")
         return ()
     ok = True
     for pattern in value:
@@ -539,7 +548,8 @@ def _load_rule(raw: Any, source: RuleSource, kinds: Mapping[str, ConditionKind],
         problems.add(f"{source}: a rule must be a mapping, got {type(raw).__name__}")
         return None
     rule_id = raw.get("id")
-    where = f"{source} {rule_id}" if isinstance(rule_id, str) else str(source)
+    # An id that breaks the line (a newline, a control character) is only shown quoted, below.
+    where = f"{source} {rule_id}" if isinstance(rule_id, str) and rule_id.isprintable() else str(source)
     ok = True
     extra = sorted(set(raw) - RULE_KEYS - OPTIONAL_RULE_KEYS)
     if extra:

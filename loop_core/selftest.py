@@ -10,7 +10,8 @@ import regex
 
 from .conditions import All, Any_, Condition, Not, Select
 from .engine import Engine
-from .rules import Rule, load_yaml_text
+from .fastregex import GuardedRegex
+from .rules import Rule, RulePack, load_yaml_text
 from .testing import make_bundle
 from .view import View
 
@@ -107,25 +108,38 @@ def _regex_nodes(cond: Condition) -> list[Select]:
     return []
 
 
-def probe_regexes(rules: tuple[Rule, ...]) -> tuple[list[str], list[str]]:
-    """(errors, warnings): patterns that time out on stress inputs, and nested quantifiers."""
+def probe_regexes(rules: tuple[Rule, ...], pack: RulePack | None = None) -> tuple[list[str], list[str]]:
+    """(errors, warnings): patterns that time out on stress inputs, and nested quantifiers.
+
+    With ``pack``, its ``pack.yml`` Tier-1 OOM patterns are probed too, each as the
+    matcher searches it (ignoring case, under the pack's time limit): one that backtracks
+    would make the whole signature time out, and the OOM fast path never decide.
+    """
     errors: list[str] = []
     warnings: list[str] = []
     for rule in rules:
         for node in _regex_nodes(rule.when):
-            pattern = node.operand.compiled
-            # A pattern that needs a literal first ("boom (a+)+$") only backtracks after it.
-            prefixes = ("", *(node.operand.literals or ())[:2])
-            for probe in (prefix + probe for prefix in prefixes for probe in _PROBES):
-                try:
-                    pattern.search(probe, timeout=node.timeout)
-                except TimeoutError:
-                    errors.append(
-                        f"{rule.source} {rule.id}: regex {pattern.pattern!r} exceeded its "
-                        f"{node.timeout:g}s timeout on a {len(probe)}-character line "
-                        f"(catastrophic backtracking)")
-                    break
-            if _NESTED.search(pattern.pattern):
-                warnings.append(f"{rule.source} {rule.id}: regex {pattern.pattern!r} nests quantifiers; "
-                                f"it may backtrack catastrophically")
+            _probe(node.operand, node.timeout, f"{rule.source} {rule.id}", errors, warnings)
+    if pack is not None:
+        settings = pack.settings
+        where = f"{pack.shown}/pack.yml" if pack.shown else "pack.yml"
+        for key, patterns in (("signature", settings.tier1_oom_signature), ("unless", settings.tier1_oom_unless)):
+            for i, pattern in enumerate(patterns):
+                _probe(pack.regex(pattern, regex.IGNORECASE), settings.regex_timeout,
+                       f"{where}: tier1_oom.{key}[{i}]", errors, warnings)
     return errors, warnings
+
+
+def _probe(guarded: GuardedRegex, timeout: float, where: str, errors: list[str], warnings: list[str]) -> None:
+    pattern = guarded.compiled
+    # A pattern that needs a literal first ("boom (a+)+$") only backtracks after it.
+    prefixes = ("", *(guarded.literals or ())[:2])
+    for probe in (prefix + probe for prefix in prefixes for probe in _PROBES):
+        try:
+            pattern.search(probe, timeout=timeout)
+        except TimeoutError:
+            errors.append(f"{where}: regex {pattern.pattern!r} exceeded its {timeout:g}s timeout on a "
+                          f"{len(probe)}-character line (catastrophic backtracking)")
+            break
+    if _NESTED.search(pattern.pattern):
+        warnings.append(f"{where}: regex {pattern.pattern!r} nests quantifiers; it may backtrack catastrophically")

@@ -40,7 +40,7 @@ PREDICATES: dict[str, Callable[[View], bool]] = {
 
 
 def _compile_predicate(arg: Any) -> Callable[[View], bool]:
-    if arg not in PREDICATES:
+    if not isinstance(arg, str) or arg not in PREDICATES:
         raise ValueError(f"unknown predicate {arg!r} (predicates: {', '.join(sorted(PREDICATES))})")
     return PREDICATES[arg]
 
@@ -50,7 +50,10 @@ def _compile_tokens(arg: Any) -> frozenset[str]:
         arg = [arg]
     if not isinstance(arg, list) or not arg:
         raise ValueError("needs an abort token or a non-empty list of tokens")
-    return frozenset(str(v) for v in arg)
+    for token in arg:
+        if not isinstance(token, str) or not token:
+            raise ValueError(f"abort tokens are non-empty text, got {token!r}")
+    return frozenset(arg)
 
 
 def _abort_reason_in(view: View, tokens: frozenset[str]) -> bool:

@@ -78,6 +78,24 @@ def test_a_regex_in_a_jsonpath_filter_is_refused(tmp_path: Path, pm: pluggy.Plug
     assert result.exit_code == 1 and "internal error" not in result.output
 
 
+def test_a_regex_in_a_jsonpath_sub_step_is_refused(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    # `sub(/re/, x)` runs re.sub without the time limit: (a|aa)+$ on 45 a's never returns.
+    pack = write(tmp_path / "p", "10.yml",
+                 rule("sub", "{select: '$.signal.error_text.`sub(/(a|aa)+$/, X)`', regex: X}",
+                      cls="unknown", examples="{match: [aaa], no_match: [bbb]}"))
+    assert "p/10.yml[0] sub: when.select: selector" in problems_of(pack, pm)
+    result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
+    assert result.exit_code == 1 and "runs its regex without the regex time limit" in result.output
+
+
+def test_other_jsonpath_string_steps_still_load(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "10.yml",
+                 rule("split", "{select: '$.manifest.model.`split(/, 0, -1)`', equals: acme}", cls="unknown",
+                      examples="{match: [{manifest: {model: acme/m}}]}"))
+    engine = Engine.build(pack, pm)
+    assert engine.classify(make_bundle({"manifest": {"model": "acme/m"}})).matched_rule == "split"
+
+
 def test_other_jsonpath_filters_still_load(tmp_path: Path, pm: pluggy.PluginManager) -> None:
     pack = write(tmp_path / "p", "10.yml",
                  rule("filt", """{select: '$.manifest.tags[?(@.name == "x")]', exists: true}""",
@@ -274,3 +292,118 @@ def test_every_problem_of_one_select_is_reported(tmp_path: Path, pm: pluggy.Plug
         "when.select", "when.ignore_case", "when", "when"]
     assert "unknown signal 'nope'" in found[0] and "unknown keys ['bogus']" in found[2]
     assert "invalid regex '(foo'" in found[3]
+
+
+# -- what check must catch before classify meets it -------------------------------
+
+
+def test_check_probes_the_tier1_signature_and_names_the_pattern(tmp_path: Path) -> None:
+    # One backtracking entry would time the whole signature out: the OOM fast path never decides.
+    pack = write(tmp_path / "p", "pack.yml",
+                 "tier1_oom:\n  signature:\n    - 'CUDA out of memory'\n    - 'memory pressure: (a|aa)+$'\n")
+    write(pack, "10.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
+    result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
+    assert result.exit_code == 1
+    assert "p/pack.yml: tier1_oom.signature[1]: regex 'memory pressure: (a|aa)+$' exceeded" in result.output
+
+
+def test_check_warns_of_nested_quantifiers_in_the_tier1_veto(tmp_path: Path) -> None:
+    pack = write(tmp_path / "p", "pack.yml", "tier1_oom:\n  unless:\n    - 'host (r+am)+ killed'\n")
+    write(pack, "10.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
+    result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
+    assert any(line.startswith("warning: ") and line.endswith(
+        "p/pack.yml: tier1_oom.unless[0]: regex 'host (r+am)+ killed' nests quantifiers; it may backtrack "
+        "catastrophically") for line in result.output.splitlines()), result.output
+
+
+@pytest.mark.parametrize(("pattern", "why"), [
+    ("(" * 400 + "NCCL" + ")" * 400, "groups nest too deeply"),
+    ("(?V0)(?V1)NCCL", "VERSION0 and VERSION1 flags are mutually incompatible"),
+])
+def test_a_regex_the_regex_module_refuses_oddly_is_a_problem_naming_the_rule(
+        tmp_path: Path, pm: pluggy.PluginManager, pattern: str, why: str) -> None:
+    pack = write(tmp_path / "p", "10.yml", rule("odd", f"{{select: $.signal.error_text, regex: '{pattern}'}}")
+                 + rule("dup", "{select: $.signal.error_text, regex: '('}"))
+    found = problems_of(pack, pm)
+    assert "p/10.yml[0] odd: when: invalid regex" in found and why in found
+    assert "p/10.yml[1] dup: when: invalid regex '('" in found  # every problem at once
+
+
+def test_conflicting_flags_in_the_tier1_signature_are_a_problem_not_a_crash(
+        tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "pack.yml", "tier1_oom:\n  signature: ['(?a)(?u)oom']\n")
+    write(pack, "10.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
+    assert "p/pack.yml: tier1_oom.signature: invalid regex '(?a)(?u)oom'" in problems_of(pack, pm)
+    result = CliRunner().invoke(cli, ["classify", "--rules", str(pack), str(ROOT / "examples" / "pull-captures")])
+    assert result.exit_code == 2 and "internal error" not in result.output
+
+
+@pytest.mark.parametrize("text", ["tier1_oom: []\n", "tier1_oom: false\n", "tier1_oom: 0\n"])
+def test_tier1_settings_that_are_not_a_mapping_are_refused(tmp_path: Path, pm: pluggy.PluginManager,
+                                                            text: str) -> None:
+    pack = write(tmp_path / "p", "pack.yml", text)
+    write(pack, "10.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
+    assert "p/pack.yml: tier1_oom must be a mapping" in problems_of(pack, pm)
+
+
+def test_an_empty_tier1_signature_is_refused_not_read_as_the_default(tmp_path: Path,
+                                                                     pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "pack.yml", "tier1_oom:\n  signature: []\n")
+    write(pack, "10.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
+    assert "tier1_oom.signature: must be a non-empty list of regular expressions" in problems_of(pack, pm)
+
+
+def test_an_id_with_a_trailing_newline_is_not_a_valid_id(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "10.yml", GOOD.format(id="nccl", cls="unknown", regex="NCCL", example="NCCL")
+                 + GOOD.format(id='"nccl\\n"', cls="unknown", regex="NCCL", example="NCCL"))
+    found = problems_of(pack, pm)
+    assert "10.yml[1]: id must be a letter or digit" in found and "got 'nccl\\n'" in found
+    assert "nccl\n" not in found  # the message stays on one line
+
+
+def test_an_exact_key_with_a_trailing_newline_is_not_a_fingerprint(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    # It would never match: the maintainer's decision would be silently dead.
+    pack = write(tmp_path / "p", "00-exact.yml", 'exact:\n  "abcdefabcdef\\n": unknown\n')
+    assert "abcdefabcdef\\n" in problems_of(pack, pm)
+
+
+def test_a_duplicate_id_does_not_hide_the_rules_other_problems(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "10.yml", GOOD.format(id="dup", cls="unknown", regex="boom", example="boom")
+                 + rule("dup", "{select: $.signal.error_text, regex: '('}"))
+    found = problems_of(pack, pm)
+    assert "p/10.yml[1] dup: duplicate id, first defined at " in found
+    assert "p/10.yml[1] dup: when: invalid regex '('" in found
+
+
+def test_hidden_files_are_not_part_of_the_pack(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "10-doc.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
+    (pack / ".#10-doc.yml").symlink_to("user@host.12345:1700000000")  # an editor's lock while a buffer is edited
+    (pack / "._10-doc.yml").write_bytes(b"\x00\x05\x16\x07\xff")  # a Mac's resource fork, copied along
+    engine = Engine.build(pack, pm)
+    assert [r.id for r in engine.pack.rules] == ["r"] and engine.pack.files == ("10-doc.yml",)
+
+
+def test_a_directory_without_rule_files_is_not_a_pack(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "README.md").write_text("# not a pack\n")
+    result = CliRunner().invoke(cli, ["check", "--rules", str(tmp_path / "docs")])
+    assert result.exit_code == 1 and "no rule files (*.yml or *.yaml) in this directory" in result.output
+
+
+def test_the_current_directory_as_a_pack_is_named_after_the_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pack = write(tmp_path / "mypack", "10.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
+    monkeypatch.chdir(pack)
+    result = CliRunner().invoke(cli, ["check", "--rules", "."])
+    assert result.exit_code == 0 and "check: pack mypack: 1 rules" in result.output
+
+
+@pytest.mark.parametrize(("when", "message"), [
+    ("{gate_abort_reason: [disk_short, null]}", "abort tokens are non-empty text, got None"),
+    ("{gate_abort_reason: ''}", "abort tokens are non-empty text, got ''"),
+    ("{structural: [pt3_timeout_but_pt4_green]}", "unknown predicate ['pt3_timeout_but_pt4_green']"),
+])
+def test_built_in_condition_kinds_refuse_odd_arguments_clearly(tmp_path: Path, pm: pluggy.PluginManager,
+                                                                when: str, message: str) -> None:
+    pack = write(tmp_path / "p", "10.yml", rule("k", when, cls="unknown"))
+    assert message in problems_of(pack, pm)
