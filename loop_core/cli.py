@@ -589,13 +589,17 @@ def eval_(corpus: Path, rules: str, split: str, compare_with: str | None, fmt: s
                         f"{r.per_class()[cls]['f1']:5.2f}" for r in reports)
         click.echo(f"{cls:20}{cells} | {row['support']}")
     for label, attr in (("macro-F1", "macro_f1"), ("accuracy", "accuracy"), ("hard accuracy", "hard_accuracy")):
-        click.echo(f"{label:20}" + "".join(f" | {getattr(r, attr):30.3f}" for r in reports))
+        click.echo(f"{label:20}" + "".join(f" | {_measure(getattr(r, attr)):>30}" for r in reports))
     for r in reports:
         click.echo(f"\nmisses of {r.pack} ({len(r.misses)}):")
         for miss in r.misses:
             hard = " (hard)" if miss["hard"] else ""
             click.echo(f"  {miss['id']}: expected {miss['expected']}, got {miss['got']} "
                        f"by {miss['rule']}{hard}")
+
+
+def _measure(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 @cli.command()

@@ -21,6 +21,7 @@ numbers are ``pt3.actual``.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,8 @@ from typing import Any
 
 from .bundle import Bundle
 from .engine import Engine
-from .errors import LoopError
+from .errors import LoopError, RuleError
+from .rules import load_yaml_text
 from .testing import make_bundle
 from .verdict import FailureClass
 
@@ -57,35 +59,72 @@ def load_cases(root: str | Path, split: str = "all") -> list[Case]:
 
     :raises LoopError: a case file is invalid; the message names it.
     """
-    import yaml
-
     cases = []
     seen: dict[str, Path] = {}
-    for path in sorted(Path(root).rglob("*.yml")):
+    for path in _case_files(Path(root)):
         try:
-            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as e:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
             raise LoopError(f"{path}: unreadable case: {e}") from e
+        try:
+            doc = load_yaml_text(text, str(path))
+        except RuleError as e:
+            raise LoopError(str(e)) from e
         if not isinstance(doc, dict) or not doc.keys() & {"label", "excerpt"}:
             continue  # not a case file (pack settings, say)
-        missing = sorted(CASE_KEYS - set(doc))
-        if missing:
-            raise LoopError(f"{path}: a case needs {', '.join(missing)} too")
-        if doc["label"] not in CLASSES:
-            raise LoopError(f"{path}: label {doc['label']!r} is not one of the six classes")
-        if not isinstance(doc["hard"], bool):
-            raise LoopError(f"{path}: hard must be true or false, got {doc['hard']!r}")
-        if doc["split"] not in CASE_SPLITS:
-            raise LoopError(f"{path}: split {doc['split']!r} is not one of {', '.join(CASE_SPLITS)}")
-        case = Case(str(doc["id"]), doc["label"], str(doc["excerpt"]), doc["hard"], doc["split"],
-                    str(doc.get("engine", "")), str(doc.get("source", "")), str(doc.get("rationale", "")),
-                    doc.get("actual") if isinstance(doc.get("actual"), dict) else None)
+        case = _case(doc, path)
         if case.id in seen:
             raise LoopError(f"{path}: case id {case.id!r} is used by {seen[case.id]} too")
         seen[case.id] = path
         if split in ("all", case.split):
             cases.append(case)
     return sorted(cases, key=lambda c: c.id)
+
+
+def _case_files(root: Path) -> list[Path]:
+    """The ``*.yml`` files under ``root``, following linked folders (each visited once)
+    as the other commands do, and passing over hidden ones."""
+    found = []
+    visited = set()
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in visited:
+            dirs[:] = []
+            continue
+        visited.add(real)
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        found.extend(Path(folder, f) for f in files if f.endswith(".yml") and not f.startswith("."))
+    return sorted(found)
+
+
+def _case(doc: dict[str, Any], path: Path) -> Case:
+    missing = sorted(CASE_KEYS - set(doc))
+    if missing:
+        raise LoopError(f"{path}: a case needs {', '.join(missing)} too")
+    for key in ("id", "excerpt"):
+        if not isinstance(doc[key], str) or not doc[key].strip():
+            raise LoopError(f"{path}: {key} must be non-empty text, got {_short(doc[key])}")
+    if doc["label"] not in CLASSES:
+        raise LoopError(f"{path}: label {_short(doc['label'])} is not one of the six classes")
+    if not isinstance(doc["hard"], bool):
+        raise LoopError(f"{path}: hard must be true or false, got {_short(doc['hard'])}")
+    if doc["split"] not in CASE_SPLITS:
+        raise LoopError(f"{path}: split {_short(doc['split'])} is not one of {', '.join(CASE_SPLITS)}")
+    texts = {}
+    for key in ("engine", "source", "rationale"):
+        value = doc.get(key)
+        if value is not None and not isinstance(value, str):
+            raise LoopError(f"{path}: {key} must be text, got {_short(value)}")
+        texts[key] = value or ""
+    actual = doc.get("actual")
+    if actual is not None and not isinstance(actual, dict):
+        raise LoopError(f"{path}: actual must be a mapping of the numbers the producer parsed, got {_short(actual)}")
+    return Case(doc["id"], doc["label"], doc["excerpt"], doc["hard"], doc["split"], actual=actual, **texts)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def case_bundle(case: Case) -> Bundle:
@@ -132,8 +171,9 @@ class Report:
         return self.correct / self.total if self.total else 0.0
 
     @property
-    def hard_accuracy(self) -> float:
-        return self.hard_correct / self.hard_total if self.hard_total else 0.0
+    def hard_accuracy(self) -> float | None:
+        """None when the split holds no hard case: nothing was measured."""
+        return self.hard_correct / self.hard_total if self.hard_total else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"pack": self.pack, "split": self.split, "cases": self.total, "accuracy": self.accuracy,

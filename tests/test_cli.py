@@ -394,6 +394,46 @@ def test_eval_table_columns_line_up() -> None:
         assert rows[0][end - 1].isdigit() and rows[0][end] == " ", (heading, rows[0])
 
 
+CASE = "id: {id}\nengine: vllm\nsource: s\nlabel: genuine-oom\nhard: {hard}\nsplit: tune\nrationale: r\n" \
+       "excerpt: '{excerpt}'\n"
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"id: c1\nlabel: unknown\nexcerpt: \"caf\xe9\"\n", "a.yml: unreadable case: 'utf-8' codec can't decode"),
+    (b"id: c1\nlabel: [unknown\n", "a.yml: invalid YAML: "),
+    (CASE.format(id="c1", hard="false", excerpt="x").replace("excerpt: 'x'", "excerpt: null").encode(),
+     "a.yml: excerpt must be non-empty text, got None"),
+    (CASE.format(id="c1", hard="false", excerpt="x").replace("id: c1", "id: [1, 2]").encode(),
+     "a.yml: id must be non-empty text, got [1, 2]"),
+    (CASE.format(id="c1", hard="false", excerpt="x").replace("source: s", "source: [s]").encode(),
+     "a.yml: source must be text, got ['s']"),
+])
+def test_eval_refuses_a_bad_case_file_in_one_line_naming_it(tmp_path: Path, content: bytes, message: str) -> None:
+    (tmp_path / "a.yml").write_bytes(content)
+    result = invoke("eval", "--corpus", str(tmp_path))
+    assert result.exit_code == 2 and "internal error" not in result.output
+    error = result.output.strip()
+    assert "\n" not in error and message in error, error
+
+
+def test_eval_follows_linked_folders_and_says_no_hard_case_was_measured(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "a.yml").write_text(CASE.format(id="c1", hard="false",
+                                            excerpt="torch.OutOfMemoryError: CUDA out of memory."))
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "linked").symlink_to(real, target_is_directory=True)
+    (corpus / "loop").symlink_to(corpus, target_is_directory=True)  # a cycle is walked once
+    result = invoke("eval", "--corpus", str(corpus))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("1 case(s), split all")
+    hard = next(line for line in result.output.splitlines() if line.startswith("hard accuracy"))
+    assert hard.split("|")[1].strip() == "n/a"
+    report = json.loads(invoke("eval", "--corpus", str(corpus), "--format", "json").output)
+    assert report[0]["hard_cases"] == 0 and report[0]["hard_accuracy"] is None and report[0]["accuracy"] == 1.0
+
+
 def test_trust_summary_counts_gate_only_bundles_by_name() -> None:
     examples = Path(__file__).resolve().parent.parent / "examples" / "pull-captures"
     last = invoke("trust", str(examples)).output.splitlines()[-1]
