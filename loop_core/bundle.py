@@ -450,7 +450,10 @@ def path_text(value: object) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        try:
+            return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a lone surrogate no file name gives, from a JSON "\ud800"
+            return text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text
 
 

@@ -2,7 +2,8 @@
 
 Counts by class, the top dedup groups, the OOM predicted-vs-actual delta, the
 review queue and the trust funnel, with charts drawn as inline SVG. All text
-from bundles is HTML-escaped.
+from bundles is HTML-escaped, and what a capture wrote is scrubbed as an issue's
+text is (``dedup.sanitize``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .batch import discover_bundles
 from .trackers import ReviewQueue
 from .trust import ConsensusIndex, trust_of
 from .bundle import Bundle, path_text
+from .dedup import sanitize
 from .verdict import FailureClass
 
 __all__ = ["TriageData", "collect_triage", "render_html"]
@@ -77,7 +79,7 @@ def collect_triage(captures: Path, engine: Engine, catalog: Catalog | None = Non
             group["count"] += 1
         if verdict.failure_class is FailureClass.GENUINE_OOM and verdict.tier1_inputs:
             inputs = verdict.tier1_inputs
-            label = f"{item.draft.key.model_id if item.draft else path.parent.name} @ {path.name}"
+            label = f"{_public(item.draft.key.model_id if item.draft else path.parent.name)} @ {path_text(path.name)}"
             data.deltas.append({"bundle": path.name, "label": label,
                                 "delta": verdict.delta_mib, "actual": inputs.get("gpu_worker_reported_mib"),
                                 "routed": verdict.route_as_kv_calc_bug})
@@ -92,6 +94,12 @@ def collect_triage(captures: Path, engine: Engine, catalog: Catalog | None = Non
 
 def _e(value: Any) -> str:
     return html.escape(path_text(value), quote=True)  # a folder name that is not UTF-8 included
+
+
+def _public(value: Any) -> str:
+    """Text a capture wrote, as an issue would show it: a report is meant to be passed
+    around, so secrets, home directories, controls and bidi marks go as they do there."""
+    return sanitize("" if value is None else value, inline=True)
 
 
 def _count(occurrences: Any) -> str:
@@ -155,7 +163,8 @@ def render_html(data: TriageData) -> str:
         f'<td>{_e(g["title"])}</td></tr>' for g in groups) or '<tr><td colspan="4">no fileable failures</td></tr>'
     review_rows = "".join(
         f'<tr><td class="num">{_count(r.get("occurrences"))}</td><td><code>{_e(r.get("dedup_hash"))}</code></td>'
-        f'<td>{_e(r.get("model_slug"))}</td><td><code>{_e(str(r.get("final_error") or r.get("error_substring") or "")[:160])}'
+        f'<td>{_e(_public(r.get("model_slug")))}</td>'
+        f'<td><code>{_e(_public(r.get("final_error") or r.get("error_substring") or "")[:160])}'
         f'</code></td></tr>' for r in data.review) or '<tr><td colspan="4">the review queue is empty</td></tr>'
     review_rows += "".join(f'<tr><td colspan="4">skipped: <code>{_e(p)}</code></td></tr>'
                            for p in data.review_problems)

@@ -67,6 +67,40 @@ def test_report_escapes_bundle_text(tmp_path: Path) -> None:
     assert "&lt;script&gt;" in page
 
 
+def test_report_scrubs_what_captures_wrote_as_the_issues_do(tmp_path: Path) -> None:
+    # A report is passed around: a token, a home directory or a bidi override a capture
+    # wrote must not reach it where the issue text of the same capture has them scrubbed.
+    captures = tmp_path / "c"
+    token = "hf_ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef0123"
+    home_model = "/home/alice/ckpt/llama-7b"
+    write_bundle(captures / "llama" / "20260801T000000Z", make_bundle({
+        "manifest": {"model": home_model, "model_id": home_model},
+        "pt1": {"predicted_b_breakdown": {"weights": 14.2, "kv_pool_requested": 6.0}},
+        "pt3": {"failure_log_excerpt": "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB\n",
+                "actual": {"attempted_alloc_mib": 512, "gpu_worker_reported_mib": 23100}}}))
+    odd_model = f"acme/7b-\u202eevil {token}"
+    write_bundle(captures / "odd" / "20260801T000000Z", make_bundle({
+        "manifest": {"model": odd_model, "model_id": odd_model},
+        "pt3": {"failure_log_excerpt": f"launcher: login with HF_TOKEN={token} then ask alice@example.com\n"
+                                       "\x00\x00\x00\x00\n"}}))
+    assert CliRunner().invoke(cli, ["run", str(captures)]).exit_code == 0
+    page = make_report(captures, tmp_path / "r.html")
+    assert "/home/alice" not in page and "~/ckpt/llama-7b @ 20260801T000000Z" in page  # the OOM chart's label
+    assert token.lower() not in page.lower()  # the review queue's model and error columns
+    assert "\u202e" not in page and "\x00" not in page
+    assert "alice@example.com" not in page  # a mention is broken, as in an issue
+
+
+def test_report_shows_a_lone_surrogate_in_a_review_entry_instead_of_crashing(tmp_path: Path) -> None:
+    captures = tmp_path / "c"
+    write_bundle(captures / "m" / "1", make_bundle({"pt3": {"failure_log_excerpt": "something odd\n"}}))
+    assert CliRunner().invoke(cli, ["run", str(captures)]).exit_code == 0
+    (entry,) = (captures / "_review-queue").glob("*.json")
+    entry.write_text(entry.read_text().replace('"model_slug": "', '"model_slug": "Qwen\\ud800'))
+    page = make_report(captures, tmp_path / "r.html")
+    assert "Qwen" in page
+
+
 def _png_pixels(path: Path) -> tuple[int, int, bytes]:
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
