@@ -25,6 +25,7 @@ import json
 import os
 import re
 import sqlite3
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -298,12 +299,25 @@ def _file_names(directory: Path) -> set[str]:
         return set()
 
 
+_STATE_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
 def _read_json(path: Path) -> dict[str, Any] | None:
+    """A state file's object; None when it does not exist. Only a regular file is read:
+    a FIFO put in its place would block the run, a link to a device fill memory."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        fd = os.open(path, _STATE_OPEN_FLAGS)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as e:
+    except OSError as e:
+        raise TrackerError(f"{path}: unreadable file: {e.strerror or e}") from e
+    try:
+        with open(fd, "rb", closefd=True) as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise TrackerError(f"{path}: not a regular file; remove it")
+            data = f.read()
+        doc = json.loads(data.decode("utf-8"))
+    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise TrackerError(f"{path}: unreadable file: {e}") from e
     if not isinstance(doc, dict):
         raise TrackerError(f"{path}: expected a JSON object, got {type(doc).__name__}")

@@ -21,8 +21,11 @@ The expected numbers are pinned from the example set (24 bundles):
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -713,6 +716,25 @@ def test_an_unknown_from_a_tier1_plugin_is_still_queued_for_review(tmp_path: Pat
         tracker.close()
     assert (summary.review_queued, summary.dismissed) == (1, 0)
     assert len(list((tmp_path / "c" / "_review-queue").glob("*.json"))) == 1
+
+
+def test_a_fifo_or_device_in_the_review_queue_is_skipped_not_waited_on(captures: Path) -> None:
+    """A FIFO in place of an entry made `review list`, `report` and `run` wait forever,
+    and a link to /dev/zero read until memory ran out."""
+    queue = captures / "_review-queue"
+    queue.mkdir()
+    os.mkfifo(queue / "53882704cbe1.json")
+    (queue / "aaaaaaaaaaaa.json").symlink_to("/dev/zero")
+    result = subprocess.run([sys.executable, "-m", "loop_core", "review", "list", str(captures)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    assert "53882704cbe1.json: not a regular file; remove it" in result.stderr
+    assert "aaaaaaaaaaaa.json: not a regular file; remove it" in result.stderr
+    result = subprocess.run([sys.executable, "-m", "loop_core", "run", str(captures), "--format", "json"],
+                            capture_output=True, text=True, timeout=60)
+    summary = json.loads(result.stdout)
+    assert any("53882704cbe1.json: not a regular file" in w for w in summary["warnings"])
+    assert summary["filed_new"] > 0
 
 
 def test_a_damaged_review_entry_is_skipped_and_the_run_goes_on(captures: Path, tmp_path: Path) -> None:
