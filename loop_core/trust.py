@@ -92,10 +92,7 @@ class ConsensusIndex:
         claimed = bundle.manifest.get("submission_fingerprint")
         if key is None or not fingerprint_verifies(bundle):
             return False
-        try:
-            self.by_key.setdefault(key, set()).add(str(claimed))
-        except TypeError:  # an unhashable value inside the key (a list where a scalar belongs)
-            return False
+        self.by_key.setdefault(_hashable(key), set()).add(str(claimed))
         return True
 
     @classmethod
@@ -108,14 +105,32 @@ class ConsensusIndex:
     def count(self, bundle: Bundle) -> int:
         """1 (this submission) + distinct other submissions with the same 9-tuple."""
         key = consensus_key(bundle)
-        try:
-            others = self.by_key.get(key, set()) if key is not None else set()
-        except TypeError:
-            return 1
+        others = self.by_key.get(_hashable(key), set()) if key is not None else set()
         own = str(bundle.manifest.get("submission_fingerprint"))
         # Not len(others - {own}): that copies the set, and over a run whose anchors
         # share a few keys, every anchor's count would copy thousands of others.
         return 1 + len(others) - (own in others)
+
+
+def _hashable(key: ConsensusKey) -> Any:
+    """``key`` as a dict key that is equal where §4.4's Python equality says the keys
+    are: nearly always ``key`` itself; a list or object a producer wrote inside a field
+    becomes a tuple (a list stays unequal to a tuple) or a frozenset of its items."""
+    try:
+        hash(key)
+        return key
+    except TypeError:
+        return tuple(_frozen(value) for value in key)
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, list):
+        return ("list", tuple(_frozen(v) for v in value))
+    if isinstance(value, tuple):
+        return ("tuple", tuple(_frozen(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", frozenset((k, _frozen(v)) for k, v in value.items()))
+    return value
 
 
 def fingerprint_verifies(bundle: Bundle) -> bool:

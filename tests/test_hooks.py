@@ -610,6 +610,23 @@ def test_consensus_counts_distinct_other_submissions_with_the_same_key() -> None
     assert ConsensusIndex().count(make_bundle({"manifest": {"schema": 2}})) == 1  # a gate bundle has no key
 
 
+def test_consensus_compares_a_list_or_object_inside_the_key_by_equality() -> None:
+    """§4.4 counts priors whose key is equal in Python; a field holding an object or a
+    list made the key unhashable, and the anchor counted 1 whatever the priors."""
+    from loop_core.trust import ConsensusIndex
+
+    def anchor(commit: str, kv_format: object) -> Bundle:
+        return make_bundle({"manifest": {"outcome": "ok", "club3090_commit": commit, "kv_format": kv_format,
+                                         "smoke_capability_set": ["plain-chat", {"tools": ["a"]}]}})
+
+    index = ConsensusIndex.of([anchor("b" * 40, {"k": "fp8", "v": "fp8"}), anchor("c" * 40, ["fp8"]),
+                               anchor("d" * 40, {"v": "fp8", "k": "fp8"})])  # key order: still equal
+    assert index.count(anchor("a" * 40, {"k": "fp8", "v": "fp8"})) == 1 + 2
+    assert index.count(anchor("a" * 40, ["fp8"])) == 1 + 1
+    assert index.count(anchor("a" * 40, ("fp8",))) == 1  # a tuple is not equal to a list
+    assert index.count(anchor("a" * 40, {"k": "fp16"})) == 1
+
+
 def test_a_plugin_given_twice_to_make_plugin_manager_is_a_plugin_error() -> None:
     import types
 
