@@ -7,7 +7,8 @@ numbers come from the producer's structured fields, never from log text.
 Deliberate fix (CONTRACTS §8.2.1, §8.2.12): the predicted total is not
 double-counted. A ``total`` component is used as is; otherwise the
 components are summed with ``kv_pool_requested`` dropped when
-``kv_pool_actual`` is present; booleans and non-numbers are ignored. A
+``kv_pool_actual`` is present; booleans and non-numbers are ignored, and a
+NaN or infinite part that counts leaves no prediction at all. A
 kv-calc bug is routed only when all three inputs are present *and* both
 sides of the delta are usable numbers.
 """
@@ -141,16 +142,16 @@ def predicted_total_mib(breakdown: Any) -> int | None:
     """The predicted total in MiB, counting each component once (see module doc)."""
     if not isinstance(breakdown, dict):
         return None
-    numbers = {k: v for k, v in breakdown.items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v)}
+    numbers = {k: v for k, v in breakdown.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     if not numbers:
         return None
     if "total" in numbers:
-        gb = numbers["total"]
-    else:
-        if "kv_pool_actual" in numbers:
-            numbers.pop("kv_pool_requested", None)
-        gb = sum(numbers.values())
+        numbers = {"total": numbers["total"]}
+    elif "kv_pool_actual" in numbers:
+        numbers.pop("kv_pool_requested", None)
+    if not all(_finite(v) for v in numbers.values()):
+        return None  # a NaN or infinite part: the sum of the others would be a made-up prediction
+    gb = sum(numbers.values())
     mib = gb * 1024
     return round(mib) if math.isfinite(mib) else None  # huge finite parts can sum to infinity
 

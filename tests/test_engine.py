@@ -148,6 +148,13 @@ def test_real_vllm_kv_cache_text_is_tier1(reference_engine: Engine) -> None:
       "cudagraph_overhead": 0.75}, 22528),
     ({"activations": 1.1, "kv_cache": 16.25, "overhead": 0.75, "weights": 3.9}, 22528),
     ({"weights": True, "kv": "12"}, None),
+    # A NaN or infinite part that counts leaves no prediction, not the sum of the others.
+    ({"weights": float("inf"), "kv_pool_requested": 16.25}, None),
+    ({"weights": float("nan"), "kv_pool_requested": 16.25}, None),
+    ({"weights": 3.9, "kv_pool_requested": float("nan"), "total": 22.0}, 22528),  # total decides
+    ({"weights": 3.9, "kv_pool_requested": float("inf"), "kv_pool_actual": 16.25, "activation": 1.1,
+      "cudagraph_overhead": 0.75}, 22528),  # the requested pool does not count
+    ({"total": float("inf"), "weights": 3.9}, None),
     ({}, None),
     (0, None),
     ([1.0, 2.0], None),
