@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -230,15 +230,18 @@ def _trust_fields(result: Any) -> dict[str, Any]:
 
 def trust_rows(paths: Iterable[str | os.PathLike[str]], *, catalog: str | os.PathLike[str] | None = None,
                promote: bool = False, priors: Iterable[str | os.PathLike[str]] = (),
-               consensus_n: int = 2, pm: Any = None, limits: ReadLimits | None = None) -> Iterator[dict[str, Any]]:
+               consensus_n: int = 2, pm: Any = None, limits: ReadLimits | None = None,
+               warn: Callable[[str], None] | None = None) -> Iterator[dict[str, Any]]:
     """``trust --format jsonl`` rows: one per bundle under ``paths``.
 
-    Priors are read once and indexed by consensus key, so a batch costs one
-    lookup per anchor instead of a scan of every prior.
+    The catalog and the priors are read when this is called, before the first
+    row (a bad catalog raises ``CatalogError`` then); the priors are indexed by
+    consensus key, so a batch costs one lookup per anchor instead of a scan of
+    every prior. ``warn`` is told of a prior path that gave no readable bundle.
     """
     from .catalog import load_catalog
     from .plugins import make_plugin_manager
-    from .trust import ConsensusIndex, graduation_set, trust_of
+    from .trust import ConsensusIndex, graduation_set
 
     pm = pm or make_plugin_manager()
     cat = load_catalog(catalog)
@@ -246,15 +249,27 @@ def trust_rows(paths: Iterable[str | os.PathLike[str]], *, catalog: str | os.Pat
     prior_paths = list(priors)
     if prior_paths:
         index = ConsensusIndex()
-        for path in discover_bundles(prior_paths):
-            try:
-                prior = read_bundle(path, limits=limits)
-            except BundleError:
-                continue  # an unreadable prior simply does not count
-            if not prior.is_gate_only and graduation_set(prior):
-                # Consensus is other submissions that saw this configuration work, as in
-                # `run`: a submission whose every capability failed vouches for nothing.
-                index.add(prior)
+        for given in prior_paths:
+            readable = 0
+            for path in discover_bundles([given]):
+                try:
+                    prior = read_bundle(path, limits=limits)
+                except BundleError:
+                    continue  # an unreadable prior simply does not count
+                readable += 1
+                if not prior.is_gate_only and graduation_set(prior):
+                    # Consensus is other submissions that saw this configuration work, as in
+                    # `run`: a submission whose every capability failed vouches for nothing.
+                    index.add(prior)
+            if not readable and warn is not None:
+                warn(f"--priors {path_text(given)}: no readable bundle there; it counts for nothing")
+    return _trust_rows(paths, pm, cat, index, promote, consensus_n, limits)
+
+
+def _trust_rows(paths: Iterable[str | os.PathLike[str]], pm: Any, cat: Any, index: Any, promote: bool,
+                consensus_n: int, limits: ReadLimits | None) -> Iterator[dict[str, Any]]:
+    from .trust import trust_of
+
     for path in discover_bundles(paths):
         row: dict[str, Any] = {"bundle": path_text(path)}
         try:

@@ -85,9 +85,11 @@ def load_catalog(path: str | os.PathLike[str] | None) -> Catalog:
     if type(schema) is not int or schema != 1:  # not True, not 1.0
         raise CatalogError(f"{where}: schema must be 1, got {doc['schema']!r}")
     models = []
+    first: dict[str, str] = {}  # a model id, a compose name -> where it was listed first
     for i, entry in enumerate(_entries(doc, "models", where)):
         place = f"{where}: models[{i}]"
         model_id = _named(entry, place, _MODEL_KEYS)
+        _once(first, f"model {model_id!r}", f"models[{i}]", place)
         repos = entry.get("hf_repos")
         repos = [] if repos is None else repos
         if not isinstance(repos, list) or not all(isinstance(r, str) and r.strip() for r in repos):
@@ -97,9 +99,12 @@ def load_catalog(path: str | os.PathLike[str] | None) -> Catalog:
     for i, entry in enumerate(_entries(doc, "composes", where)):
         place = f"{where}: composes[{i}]"
         name = _named(entry, place, _COMPOSE_KEYS)
+        _once(first, f"compose {name!r}", f"composes[{i}]", place)
         model = entry.get("model")
         if model is not None and not isinstance(model, str):
             raise CatalogError(f"{place} {name}: model must be a model id (text)")
+        if model and f"model {model!r}" not in first:  # a typo would leave the model derived, silently
+            raise CatalogError(f"{place} {name}: model {model!r} is not one of this catalog's models")
         composes.append((name, model or ""))
     return Catalog(tuple(models), tuple(composes))
 
@@ -107,6 +112,14 @@ def load_catalog(path: str | os.PathLike[str] | None) -> Catalog:
 _TOP_KEYS = ("schema", "models", "composes")
 _MODEL_KEYS = ("id", "hf_repos")
 _COMPOSE_KEYS = ("name", "model")
+
+
+def _once(first: dict[str, str], what: str, index: str, place: str) -> None:
+    """Refuse a second model with one id, or a second compose with one name: which of
+    the two a lookup found would depend on the order they are listed in."""
+    if what in first:
+        raise CatalogError(f"{place}: {what} is listed twice (first at {first[what]})")
+    first[what] = index
 
 
 def _named(entry: Any, place: str, keys: tuple[str, str]) -> str:

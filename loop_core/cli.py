@@ -517,7 +517,8 @@ def trust(paths: tuple[Path, ...], catalog: Path | None, promote: bool, priors: 
     """
     from .batch import trust_rows
 
-    rows = trust_rows(paths, catalog=catalog, promote=promote, priors=priors, consensus_n=consensus_n)
+    rows = trust_rows(paths, catalog=catalog, promote=promote, priors=priors, consensus_n=consensus_n,
+                      warn=lambda message: click.echo(f"loop-rules: warning: {_shown(message)}", err=True))
     bad = _emit_rows(rows, fmt, _trust_table)
     if bad:
         sys.exit(1)
@@ -538,8 +539,9 @@ def _trust_table(rows: Iterable[dict[str, Any]]) -> int:
         # Capability names are the capture's own keys: escaped like any capture text.
         click.echo(f"{name:40}  {row['stage'] or '-':10} {_shown(row['reason'] or 'gate-only bundle'):32} "
                    f"{_shown(', '.join(map(str, row['graduation_set'] or [])))}")
-    summary = ", ".join(f"{k} {v}" for k, v in sorted(stages.items()))
-    click.echo(f"\n{sum(stages.values()) + bad} bundle(s): {summary}" + (f"; {bad} unreadable" if bad else ""))
+    parts = [", ".join(f"{k} {v}" for k, v in sorted(stages.items()))] if stages else []
+    parts += [f"{bad} unreadable"] if bad else []
+    click.echo(f"\n{sum(stages.values()) + bad} bundle(s): {'; '.join(parts) or 'none'}")
     return bad
 
 

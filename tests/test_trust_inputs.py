@@ -58,6 +58,11 @@ def test_the_example_catalog_and_a_small_one_load(tmp_path: Path) -> None:
     (GOOD.replace("id: tiny-7b", "id: 7"), "models[0]: needs an id (text)"),
     (GOOD.replace("model: tiny-7b", "model: [tiny-7b]"), "composes[0] vllm/minimal: model must be a model id"),
     ("models: [" * 3000 + "]" * 3000 + "\n", "invalid YAML"),
+    # Which of two entries a lookup found would depend on the order they are listed in.
+    (GOOD.replace("id: no-repos-yet", "id: tiny-7b"), "models[1]: model 'tiny-7b' is listed twice (first at models[0])"),
+    (GOOD + "  - name: vllm/minimal\n    model: no-repos-yet\n",
+     "composes[1]: compose 'vllm/minimal' is listed twice (first at composes[0])"),
+    (GOOD.replace("model: tiny-7b", "model: tiny-7B"), "composes[0] vllm/minimal: model 'tiny-7B' is not one of this"),
 ])
 def test_a_malformed_catalog_is_one_error_naming_the_place(tmp_path: Path, text: str, problem: str) -> None:
     """Each of these used to crash (exit 70), or to be read as an empty or other catalog,
@@ -68,6 +73,30 @@ def test_a_malformed_catalog_is_one_error_naming_the_place(tmp_path: Path, text:
     assert problem in str(info.value) and str(path) in str(info.value)
     result = CliRunner().invoke(cli, ["trust", "--catalog", str(path), str(ROOT / "examples" / "pull-captures")])
     assert result.exit_code == 2 and problem in result.output and "internal error" not in result.output
+
+
+def test_a_bad_catalog_leaves_the_table_empty(tmp_path: Path) -> None:
+    # The catalog was read on the first row: the header had gone to stdout by then.
+    path = write(tmp_path, "models: 5\n")
+    result = CliRunner().invoke(cli, ["trust", "--catalog", str(path), str(ROOT / "examples" / "pull-captures")])
+    assert result.exit_code == 2 and result.stdout == "" and "models must be a list" in result.stderr
+
+
+def test_priors_that_give_no_readable_bundle_are_named(tmp_path: Path) -> None:
+    examples = ROOT / "examples" / "pull-captures"
+    manifest = next(examples.glob("*/*/manifest.json"))
+    result = CliRunner().invoke(cli, ["trust", "--priors", str(manifest), "--priors", str(examples),
+                                                      str(examples)])
+    assert result.exit_code == 1  # the examples hold one unreadable bundle, as ever
+    assert result.stderr.count("warning: --priors ") == 1
+    assert f"warning: --priors {manifest}: no readable bundle there; it counts for nothing" in result.stderr
+
+
+def test_a_trust_summary_of_unreadable_bundles_only_reads_well(tmp_path: Path) -> None:
+    (tmp_path / "b" / "manifest.json").parent.mkdir()
+    (tmp_path / "b" / "manifest.json").write_text("{")
+    last = CliRunner().invoke(cli, ["trust", str(tmp_path / "b")]).output.splitlines()[-1]
+    assert last == "1 bundle(s): 1 unreadable"
 
 
 def test_an_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
