@@ -41,11 +41,13 @@ def _shown(value: Any, keep: str = "") -> str:
     return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
-def _engine(rules: str) -> Any:
-    from .engine import Engine
+def _engine(rules: str, option: str = "--rules") -> Any:
+    from .engine import Engine, UnknownPack
 
     try:
         return Engine.build(rules)
+    except UnknownPack as e:
+        raise LoopClickError(str(e.for_option(option))) from e
     except LoopError as e:
         raise LoopClickError(str(e)) from e
 
@@ -578,7 +580,7 @@ def eval_(corpus: Path, rules: str, split: str, compare_with: str | None, fmt: s
         raise LoopClickError(f"{corpus}: no cases in split {split!r}")
     reports = [evaluate(_engine(rules), cases, split)]
     if compare_with:
-        reports.append(evaluate(_engine(compare_with), cases, split))
+        reports.append(evaluate(_engine(compare_with, "--compare"), cases, split))
     if fmt == "json":
         click.echo(json.dumps([r.to_dict() for r in reports], indent=2))
         return
@@ -731,7 +733,7 @@ def diff(corpus: tuple[Path, ...], new_rules: str, old_rules: str, fmt: str, fai
     """
     from .maintain import diff_packs
 
-    report = diff_packs(corpus, _engine(old_rules), _engine(new_rules))
+    report = diff_packs(corpus, _engine(old_rules, "--against"), _engine(new_rules))
     report.old_pack, report.new_pack = old_rules, new_rules  # as the user named them
     if fmt == "json":
         click.echo(_strict_json(report.to_dict()))

@@ -113,8 +113,20 @@ def resolve_pack(spec: str | Path, packs: Mapping[str, PackInfo]) -> tuple[Path,
     path = Path(spec)
     if path.is_dir():
         return path, path.name, text.rstrip("/") or path.name
-    names = ", ".join(sorted(packs)) or "none"
-    raise RuleError(f"--rules {text!r}: neither a registered pack ({names}) nor a directory")
+    raise UnknownPack(text, sorted(packs))
+
+
+class UnknownPack(RuleError):
+    """``--rules`` (or another option taking a pack) names neither a registered pack
+    nor a directory; :meth:`for_option` words it for the option the user typed."""
+
+    def __init__(self, spec: str, known: list[str], option: str = "--rules") -> None:
+        self.spec, self.known = spec, known
+        super().__init__(f"{option} {spec!r}: neither a registered pack ({', '.join(known) or 'none'}) "
+                         "nor a directory")
+
+    def for_option(self, option: str) -> UnknownPack:
+        return UnknownPack(self.spec, self.known, option)
 
 
 class Engine:

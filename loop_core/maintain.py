@@ -338,6 +338,11 @@ class DiffReport:
 
 
 def _md(text: str) -> str:
+    """``text`` for one cell of a Markdown table: a newline (in a folder's name, say) or
+    another character that is not printable is written as its escape, as the table
+    output does, so the row stays one row."""
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     return text.replace("|", "\\|").replace("`", "'")
 
 

@@ -325,6 +325,29 @@ def test_diff_lists_changes_with_transitions(pack: Path, tmp_path: Path) -> None
     assert invoke("diff", "--rules", "default", "--fail-on-change", str(corpus)).exit_code == 0
 
 
+def test_a_newline_in_a_folder_name_keeps_a_markdown_diff_row_whole(pack: Path, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    write_bundle(corpus / "smol\nlm" / "1", make_bundle(NOVEL))
+    (pack / "45-frob.yml").write_text(SHADOW_RULE.replace("  mode: shadow\n", "").replace("trial-", "new-"))
+    md = invoke("diff", "--rules", str(pack), "--format", "markdown", str(corpus)).output
+    (row,) = [line for line in md.splitlines() if "new-frobnicator" in line]
+    assert row.startswith("| ") and row.endswith(" |") and "smol\\nlm" in row
+
+
+@pytest.mark.parametrize(("option", "command"), [
+    ("--against", ["diff", "--rules", "default", "--against", "nope", "."]),
+    ("--compare", ["eval", "--corpus", ".", "--compare", "nope"]),
+])
+def test_a_second_pack_that_is_not_found_is_named_by_its_own_option(tmp_path: Path, option: str, command: list[str],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "a.yml").write_text("id: c1\nengine: e\nsource: s\nlabel: unknown\nhard: false\nsplit: tune\n"
+                                    "rationale: r\nexcerpt: x\n")
+    monkeypatch.chdir(tmp_path)
+    result = invoke(*command)
+    assert result.exit_code == 2
+    assert f"Error: {option} 'nope': neither a registered pack (default, reference) nor a directory" in result.output
+
+
 def test_lint_finds_unreachable_rules_and_idle_files(tmp_path: Path) -> None:
     pack = tmp_path / "p"
     pack.mkdir()
