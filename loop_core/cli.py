@@ -79,6 +79,7 @@ SYSTEM_ERROR = 74  # sysexits' EX_IOERR: a read or write the system refused
 SYSTEM_REFUSALS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
 INTERRUPTED = 130  # the shell's status for a command stopped by Ctrl-C (128 + SIGINT)
 TERMINATED = 143  # and by SIGTERM (128 + 15)
+OUTPUT_CLOSED = 141  # and by SIGPIPE (128 + 13): what read the output went away
 
 
 class Terminated(KeyboardInterrupt):
@@ -103,8 +104,15 @@ def _guard(f: F) -> F:
             raise LoopClickError(str(e)) from e
         except KeyboardInterrupt as e:
             _stopped(e)
+        except BrokenPipeError as e:  # click would exit 1, which here means a finding
+            raise _OutputClosed from e
 
     return wrapper  # type: ignore[return-value]
+
+
+class _OutputClosed(Exception):
+    """What read the output went away (``| head``): not an OSError, so that click's
+    own handling of a closed pipe (status 1) lets it through to :func:`main`."""
 
 
 def _stopped(e: BaseException | None) -> NoReturn:
@@ -1199,6 +1207,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except KeyboardInterrupt as e:  # before click took over
         _stopped(e)
+    except _OutputClosed:  # as a process that SIGPIPE ended: quietly, with the shell's status
+        _quiet_stdout()
+        sys.exit(OUTPUT_CLOSED)
     except OSError as e:  # the system's refusal (a full disk, a closed output), not a bug
         if os.environ.get("LOOP_RULES_DEBUG"):
             raise

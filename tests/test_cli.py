@@ -378,6 +378,22 @@ def test_a_switch_set_to_a_value_it_does_not_know_is_warned_about(value: str, wa
         assert "taken as on" in result.stderr
 
 
+def test_a_reader_that_goes_away_is_the_sigpipe_status_not_a_finding(tmp_path: Path) -> None:
+    """`classify | head` exited 1, which means an unreadable bundle; `explain | head` too."""
+    from loop_core.testing import make_bundle, write_bundle
+
+    for i in range(300):  # more rows than a pipe's buffer holds
+        write_bundle(tmp_path / f"m{i:03}" / "1", make_bundle(OOM))
+    for args in (["classify", str(tmp_path)], ["explain", str(tmp_path / "m000" / "1")]):
+        proc = subprocess.Popen([sys.executable, "-m", "loop_core", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.readline()
+        proc.stdout.close()  # as head does after its lines
+        assert proc.wait(timeout=60) == 141, args
+        assert proc.stderr.read() == b""
+
+
 def test_eval_table_columns_line_up() -> None:
     corpus = Path(__file__).resolve().parent / "corpus"
     result = invoke("eval", "--corpus", str(corpus), "--split", "tune", "--compare", "reference")
