@@ -84,8 +84,8 @@ def load_cases(root: str | Path, split: str = "all") -> list[Case]:
 def _case_files(root: Path) -> list[Path]:
     """The ``*.yml`` files under ``root``, following linked folders (each visited once)
     as the other commands do, and passing over hidden ones."""
-    found = []
-    visited = set()
+    found: list[Path] = []
+    visited: set[str] = set()
     for folder, dirs, files in os.walk(root, followlinks=True):
         real = os.path.realpath(folder)
         if real in visited:

@@ -414,11 +414,13 @@ def _compile(texts: dict[str, str], shown: str, settings: PackSettings, kinds: M
         for index, raw in enumerate(raw_rules):
             source = RuleSource(label, index)
             rule_id = raw.get("id") if isinstance(raw, dict) else None
-            valid_id = isinstance(rule_id, str) and _ID.match(rule_id) is not None  # else _load_rule says so
-            duplicate = valid_id and rule_id in seen_ids
-            if duplicate:
+            if not (isinstance(rule_id, str) and _ID.match(rule_id)):
+                rule_id = None  # _load_rule says what is wrong with it
+            duplicate = False
+            if rule_id is not None and rule_id in seen_ids:
                 problems.add(f"{source} {rule_id}: duplicate id, first defined at {seen_ids[rule_id]}")
-            elif valid_id:
+                duplicate = True
+            elif rule_id is not None:
                 seen_ids[rule_id] = source
             rule = _load_rule(raw, source, kinds, settings, problems, regexes)  # its own problems too
             if rule is not None and not duplicate:
