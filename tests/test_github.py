@@ -28,6 +28,8 @@ from loop_core.plugins import collect
 from loop_core.testing import make_bundle
 from loop_core.trackers import FileAction, SpoolTracker, TrackerOptions, TrackerSpec, replay_spool
 
+from .captures import copy_examples
+
 FAKE_GH = Path(__file__).resolve().parent / "fixtures" / "fake_gh" / "gh"
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
 REPO = "acme/loop-issues"
@@ -719,14 +721,12 @@ def test_the_first_submission_marker_never_cuts_a_full_body(gh: FakeGh, captures
 
 
 def test_run_says_why_nothing_reached_github(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import shutil
-
     from click.testing import CliRunner
 
     from loop_core.cli import cli
 
     captures = tmp_path / "captures"
-    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "pull-captures", captures)
+    copy_examples(captures)
     empty = tmp_path / "no-gh"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))  # no gh anywhere

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,8 @@ from loop_core import (
 )
 from loop_core.selftest import run_examples
 from loop_core.testing import make_bundle, write_bundle
+
+from .captures import copy_examples
 
 Register = Callable[[object, str], object]
 
@@ -398,7 +399,7 @@ def test_hook_loop_draft_issue(pm: pluggy.PluginManager, register_plugin: Regist
     # End to end: every issue carries the prefix, and the kept tuple block still lets a repeat
     # of the same failure (the two qwen2.5-32b-instruct-awq captures) count as a verified +1.
     captures = tmp_path / "captures"
-    shutil.copytree(EXAMPLES, captures)
+    copy_examples(captures)
     tracker = SqliteTracker.for_captures(captures)
     try:
         summary = run_captures(captures, engine, tracker)
@@ -477,7 +478,7 @@ def test_hook_loop_register_trackers(cli_uses_pm: pluggy.PluginManager, register
     from loop_core.dedup import body_tuple_matches
 
     captures = tmp_path / "captures"
-    shutil.copytree(EXAMPLES, captures)
+    copy_examples(captures)
     store = register_plugin(RecorderStore(), "acme-trackers")
     assert isinstance(store, RecorderStore)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,8 @@ import pytest
 from loop_core import Engine, Match, Matcher, PluginError, Tier, hookimpl
 from loop_core.testing import make_bundle
 
-from .test_hooks import EXAMPLES, Recorder, RecorderStore, _cli
+from .captures import copy_examples
+from .test_hooks import Recorder, RecorderStore, _cli
 
 FILEABLE = 13  # fileable occurrences of the example captures, over 12 distinct failures
 
@@ -24,7 +24,7 @@ FILEABLE = 13  # fileable occurrences of the example captures, over 12 distinct 
 @pytest.fixture
 def captures(tmp_path: Path) -> Path:
     target = tmp_path / "captures"
-    shutil.copytree(EXAMPLES, target)
+    copy_examples(target)
     return target
 
 
@@ -166,7 +166,7 @@ def test_a_drafter_registered_after_a_run_is_checked_too(cli_uses_pm: pluggy.Plu
     assert run_json(captures)["filed_new"] == 12
     register_plugin(Drafts("notuple"), "acme-drafts")
     again = tmp_path / "again"
-    shutil.copytree(EXAMPLES, again)
+    copy_examples(again)
     result = run_json(again, code=2)
     assert "loop_draft_issue (plugins acme-drafts)" in result.stderr
 

@@ -40,6 +40,8 @@ from loop_core.pipeline import run_captures
 from loop_core.plugins import AUTOLOAD_ENV
 from loop_core.trackers import SqliteTracker
 
+from .captures import copy_examples
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pull-captures"
 
 BY_CLASS = {
@@ -82,7 +84,7 @@ def _builtins_only(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def captures(tmp_path: Path) -> Path:
     target = tmp_path / "captures"
-    shutil.copytree(EXAMPLES, target)
+    copy_examples(target)
     return target
 
 
@@ -393,8 +395,8 @@ def _relative_errors(data: dict[str, Any], root: Path) -> list[tuple[str, str]]:
 
 def test_jobs_2_gives_the_same_summary_as_jobs_1(tmp_path: Path) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
-    shutil.copytree(EXAMPLES, one)
-    shutil.copytree(EXAMPLES, two)
+    copy_examples(one)
+    copy_examples(two)
     a = run_json(one, "--jobs", "1")
     b = run_json(two, "--jobs", "2")
     assert _relative_errors(a, one) == _relative_errors(b, two)
@@ -483,8 +485,8 @@ def test_batched_filing_gives_the_same_run_as_filing_one_by_one(tmp_path: Path, 
 
     monkeypatch.setattr(pipeline, "FLUSH_SECONDS", 3600.0)  # batches close on size only, however slow the machine
     one, many = tmp_path / "one", tmp_path / "many"
-    shutil.copytree(EXAMPLES, one)
-    shutil.copytree(EXAMPLES, many)
+    copy_examples(one)
+    copy_examples(many)
     t1 = RecordingSqlite(one / "_loop" / "tracker.sqlite")
     t2 = RecordingSqlite(many / "_loop" / "tracker.sqlite")
     try:
@@ -740,7 +742,7 @@ def test_a_damaged_review_entry_is_skipped_and_the_run_goes_on(captures: Path, t
     """It stopped the run (status 2) at the first review batch, and with it the filing of
     every other failure; `review list` and settling already left such a file alone."""
     clean = tmp_path / "clean"
-    shutil.copytree(EXAMPLES, clean)
+    copy_examples(clean)
     expected = json.loads(invoke("run", str(clean), "--format", "json").output)
     damaged = captures / "_review-queue" / "53882704cbe1.json"
     damaged.parent.mkdir()

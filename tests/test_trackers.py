@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,8 @@ from loop_core import DedupKey, Engine, TrackerError
 from loop_core.dedup import TUPLE_MARKER, draft_issue, occurrence_of, parse_body_tuple
 from loop_core.testing import make_bundle, write_bundle
 from loop_core.trackers import FileAction, FileResult, SpoolTracker, SqliteTracker, replay_spool
+
+from .captures import copy_examples
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pull-captures"
 OOM = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB"
@@ -514,7 +515,7 @@ def test_a_tracker_file_that_is_no_database_is_named_and_left_alone(tmp_path: Pa
     from loop_core.errors import TrackerError
 
     captures = tmp_path / "captures"
-    shutil.copytree(EXAMPLES, captures)
+    copy_examples(captures)
     path = captures / "_loop" / "tracker.sqlite"
     path.parent.mkdir()
     path.write_bytes(b"not a database, someone's notes")
@@ -537,7 +538,7 @@ def test_a_file_where_a_queue_folder_belongs_stops_the_run_before_it_files(tmp_p
     from loop_core.cli import cli
 
     captures = tmp_path / "captures"
-    shutil.copytree(EXAMPLES, captures)
+    copy_examples(captures)
     (captures / folder).write_text("notes", encoding="utf-8")
     result = CliRunner().invoke(cli, ["run", str(captures), *args])
     assert result.exit_code == 2 and f"{folder}: not a folder; move it aside" in result.stderr
