@@ -45,18 +45,13 @@ TRACE_ENV = "LOOP_RULES_TRACE_HOOKS"
 T = TypeVar("T")
 
 
-def _failing_entry_point() -> str:
-    """Which entry point of the group does not load (asked again, one by one, only
-    once loading them all failed), as ``name = module (distribution)``."""
-    from importlib.metadata import entry_points
+class _Manager(pluggy.PluginManager):
+    """pluggy's plugin manager for the ``loop`` project; it also knows the
+    distribution of each plugin :func:`make_plugin_manager` loaded from an entry point."""
 
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            ep.load()
-        except Exception:  # noqa: BLE001 - this is the one to name
-            dist = getattr(getattr(ep, "dist", None), "name", None)
-            return f"plugin {ep.name!r} ({ep.value}" + (f", from {dist})" if dist else ")")
-    return "a plugin"
+    def __init__(self) -> None:
+        super().__init__("loop")
+        self.entry_point_dists: list[tuple[object, Any]] = []  # (plugin, importlib.metadata.Distribution)
 
 
 def make_plugin_manager(
@@ -67,35 +62,84 @@ def make_plugin_manager(
 ) -> pluggy.PluginManager:
     """A fresh plugin manager with the built-ins, ``plugins`` and (unless disabled) entry points.
 
-    :raises PluginError: a plugin failed to import or implements an unknown hook.
+    :raises PluginError: a plugin failed to import, is registered twice, or implements
+        a hook that is not in the contract (or with an argument its hookspec lacks).
     """
-    pm = pluggy.PluginManager("loop")
+    pm = _Manager()
     pm.add_hookspecs(hookspecs)
-    try:
-        for name in builtins:
-            pm.register(importlib.import_module(name), name=name)
-        for plugin in plugins:
-            name = pm.get_canonical_name(plugin)
-            if pm.is_registered(plugin) or pm.has_plugin(name):
-                raise PluginError(f"plugin {name!r}: a name registered twice (the same plugin given again, "
-                                  f"or another plugin of that name)")
-            pm.register(plugin)
-    except pluggy.PluginValidationError as e:
-        raise PluginError(f"plugin {e.plugin!r}: {e}") from e
+    for name in builtins:
+        _register(pm, importlib.import_module(name), name, f"plugin {name!r}")
+    for plugin in plugins:
+        name = pm.get_canonical_name(plugin)
+        if pm.is_registered(plugin) or pm.has_plugin(name):
+            raise PluginError(f"plugin {name!r}: a name registered twice (the same plugin given again, "
+                              f"or another plugin of that name)")
+        _register(pm, plugin, name, f"plugin {name!r}")
     if entry_points and not os.environ.get(AUTOLOAD_ENV) and may_declare_entry_points(ENTRY_POINT_GROUP):
-        try:
-            pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-        except Exception as e:  # a broken third-party package must name itself
-            raise PluginError(f"entry point group {ENTRY_POINT_GROUP!r}: cannot load {_failing_entry_point()}: "
-                              f"{e!r}") from e
-    try:
-        pm.check_pending()
-    except pluggy.PluginValidationError as e:
-        raise PluginError(f"plugin {e.plugin!r}: {e}") from e
+        _load_entry_points(pm, ENTRY_POINT_GROUP)
+    _check_hook_names(pm)
     if os.environ.get(TRACE_ENV):
         pm.trace.root.setwriter(sys.stderr.write)
         pm.enable_tracing()
     return pm
+
+
+def _load_entry_points(pm: _Manager, group: str) -> None:
+    """Import and register every entry point of ``group``, as pluggy's
+    ``load_setuptools_entrypoints`` does, naming the one that fails and why."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=group):
+        if pm.has_plugin(ep.name) or pm.is_blocked(ep.name):
+            continue  # a name already taken: pluggy skips it too
+        dist = getattr(ep, "dist", None)
+        where = _entry_point_text(ep, dist)
+        try:
+            plugin = ep.load()
+        except Exception as e:  # a broken third-party package must name itself
+            raise PluginError(f"entry point group {group!r}: cannot load {where}: {type(e).__name__}: {e}") from e
+        _register(pm, plugin, ep.name, f"entry point group {group!r}: cannot load {where}")
+        if dist is not None:
+            pm.entry_point_dists.append((plugin, dist))
+
+
+def _entry_point_text(ep: Any, dist: Any) -> str:
+    """``plugin 'name' (module, from distribution)``: how an entry point is named in errors."""
+    project = getattr(dist, "name", None) if dist is not None else None
+    return f"plugin {ep.name!r} ({ep.value}" + (f", from {project})" if project else ")")
+
+
+def _register(pm: pluggy.PluginManager, plugin: object, name: str, who: str) -> None:
+    """``pm.register(plugin, name=name)``; what keeps it from being registered is a
+    one-line :class:`PluginError` starting with ``who``."""
+    if pm.is_registered(plugin):
+        raise PluginError(f"{who}: the same plugin is already registered, as plugin {pm.get_name(plugin)!r} "
+                          "(two entry points naming one module, or a plugin also passed as plugins=[...])")
+    try:
+        pm.register(plugin, name=name)
+    except pluggy.PluginValidationError as e:
+        raise PluginError(f"{who}: {_one_line(e)}") from e
+
+
+def _one_line(error: pluggy.PluginValidationError) -> str:
+    """pluggy's validation message (several lines, the first naming the plugin by
+    itself) as one line, e.g. ``hookimpl definition: loop_draft_issue(bundle, verdict,
+    extra): Argument(s) {'extra'} are declared in the hookimpl but can not be found in
+    the hookspec``."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return ": ".join(lines[1:] or lines)
+
+
+def _check_hook_names(pm: pluggy.PluginManager) -> None:
+    """Every ``loop_*`` function a plugin marked with ``hookimpl`` is a hook of the
+    contract (pluggy's ``check_pending``, naming the plugin by its name)."""
+    for hook_name, caller in vars(pm.hook).items():
+        if hook_name.startswith("_") or caller.has_spec():
+            continue
+        for impl in caller.get_hookimpls():
+            if not impl.optionalhook:
+                raise PluginError(f"plugin {impl.plugin_name!r}: implements {hook_name!r}, which is not a hook "
+                                  "of loop-rules (a misspelt loop_* function?)")
 
 
 def may_declare_entry_points(group: str) -> bool:
@@ -187,7 +231,8 @@ class _Register:
 
 def plugin_report(pm: pluggy.PluginManager) -> list[dict[str, Any]]:
     """Every registered plugin with its hooks, for ``loop-rules plugins``."""
-    dists = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
+    dists = {id(plugin): dist for plugin, dist in
+             [*pm.list_plugin_distinfo(), *getattr(pm, "entry_point_dists", ())]}
     out = []
     for name, plugin in sorted(pm.list_name_plugin(), key=lambda item: item[0]):
         if plugin is None:
@@ -196,7 +241,7 @@ def plugin_report(pm: pluggy.PluginManager) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"name": name, "hooks": hooks}
         dist = dists.get(id(plugin))
         if dist is not None:
-            entry["distribution"] = dist.project_name
+            entry["distribution"] = dist.metadata["name"]
             entry["version"] = dist.version
         else:
             entry["builtin"] = name in BUILTIN_PLUGINS

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+import shutil
+import sys
+import textwrap
+import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pluggy
 import pytest
 
-from loop_core import Engine, Match, Matcher, PluginError, Tier, hookimpl
+from loop_core import Engine, Match, Matcher, PluginError, Tier, hookimpl, make_plugin_manager
 from loop_core.testing import make_bundle
 
 from .captures import copy_examples
@@ -284,8 +288,6 @@ def test_a_counted_answer_that_is_not_true_does_not_skip_the_filing(tmp_path: Pa
 
 
 def test_an_entry_point_that_does_not_import_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from loop_core import make_plugin_manager
-
     info = tmp_path / "acme_broken-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-broken\nVersion: 1.0\n")
@@ -309,3 +311,95 @@ def test_a_match_with_fields_a_verdict_cannot_carry_is_skipped_with_a_warning(
     verdict = Engine.build("default", pm).classify(make_bundle("nothing special"))
     assert verdict.matched_rule != "acme-rule" and verdict.matched_rule != 12345
     assert f"matcher 'acme-odd-match' returned a Match whose {problem}; skipped" in verdict.warnings
+
+
+# -- loading plugins ----------------------------------------------------------------
+
+
+@pytest.fixture
+def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """``install(dist, entry_points, modules)``: a distribution on ``sys.path`` for this test
+    only (put before those installed earlier), with its ``loop_rules`` entry points
+    (name -> module) and the sources of its modules (name -> text)."""
+    made: list[str] = []
+    monkeypatch.delenv("LOOP_RULES_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+
+    def install(dist: str, entry_points: dict[str, str], modules: dict[str, str]) -> None:
+        site = tmp_path / f"site-{dist}"
+        info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+        (info / "entry_points.txt").write_text(
+            "[loop_rules]\n" + "".join(f"{name} = {module}\n" for name, module in entry_points.items()))
+        for name, source in modules.items():
+            (site / f"{name}.py").write_text(textwrap.dedent(source))
+            made.append(name)
+        monkeypatch.syspath_prepend(str(site))
+
+    try:
+        yield install
+    finally:
+        for name in made:
+            sys.modules.pop(name, None)
+
+
+ABSTAINING_DRAFTER = """
+    from loop_core import hookimpl
+
+
+    @hookimpl
+    def loop_draft_issue(bundle, verdict):
+        return None
+"""
+
+
+def test_one_module_under_two_entry_points_is_named_in_one_line(install: Callable[..., None]) -> None:
+    install("acme-twice", {"one": "acme_twice", "two": "acme_twice"}, {"acme_twice": ABSTAINING_DRAFTER})
+    result = _cli("plugins")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "Error: entry point group 'loop_rules': cannot load plugin 'two' (acme_twice, from acme-twice): the same "
+        "plugin is already registered, as plugin 'one' (two entry points naming one module, or a plugin also "
+        "passed as plugins=[...])\n")
+
+
+def test_a_plugin_given_and_installed_too_is_named(install: Callable[..., None]) -> None:
+    install("acme-given", {"acme": "acme_given"}, {"acme_given": ABSTAINING_DRAFTER})
+    import acme_given  # type: ignore[import-not-found]
+
+    with pytest.raises(PluginError) as err:
+        make_plugin_manager(plugins=[acme_given])
+    assert str(err.value).startswith(
+        "entry point group 'loop_rules': cannot load plugin 'acme' (acme_given, from acme-given): the same plugin "
+        "is already registered, as plugin 'acme_given' ")
+    assert "\n" not in str(err.value)
+
+
+def test_a_hook_argument_the_hookspec_lacks_is_named_with_its_cause(install: Callable[..., None]) -> None:
+    install("acme-extra", {"extra": "acme_extra"}, {"acme_extra": """
+        from loop_core import hookimpl
+
+
+        @hookimpl
+        def loop_draft_issue(bundle, verdict, tracker):
+            return None
+    """})
+    result = _cli("plugins")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "Error: entry point group 'loop_rules': cannot load plugin 'extra' (acme_extra, from acme-extra): "
+        "hookimpl definition: loop_draft_issue(bundle, verdict, tracker): Argument(s) {'tracker'} are declared "
+        "in the hookimpl but can not be found in the hookspec\n")
+
+
+def test_a_misspelt_hook_names_the_plugin_not_its_module() -> None:
+    @hookimpl
+    def loop_draft_isue(bundle: Any, verdict: Any) -> None:
+        return None
+
+    acme = types.ModuleType("acme_typo")
+    acme.loop_draft_isue = loop_draft_isue  # type: ignore[attr-defined]
+    with pytest.raises(PluginError) as err:
+        make_plugin_manager(entry_points=False, plugins=[acme])
+    assert str(err.value) == ("plugin 'acme_typo': implements 'loop_draft_isue', which is not a hook of loop-rules "
+                              "(a misspelt loop_* function?)")
