@@ -84,7 +84,10 @@ def loop_evaluate_trust(bundle: Bundle, catalog: Catalog, priors: ConsensusIndex
     None to defer; the first non-None result wins. The built-in
     ``loop_rules.trust`` implementation is ``trylast`` and always decides, so a
     plugin can add stricter gates by returning a result first (e.g. stopping
-    anchors from unknown submitters at ``candidate``).
+    anchors from unknown submitters at ``candidate``). Between plugins:
+    ``tryfirst`` ones first, the one registered last first, then those without
+    a mark, the one registered last first (entry points are registered in name
+    order); a plugin's ``trylast`` one comes after the built-in, so never.
 
     :param bundle: the validated anchor; do not mutate it.
     :param catalog: curated models and composes (empty: every anchor derived).
@@ -103,7 +106,8 @@ def loop_draft_issue(bundle: Bundle, verdict: Classification) -> IssueDraft | No
 
     Return an ``IssueDraft`` to decide, or None to defer; the first non-None
     result wins. The built-in ``loop_rules.dedup`` implementation is
-    ``trylast``. A replacement must keep the dedup hash, the three labels
+    ``trylast``; other plugins are asked as for ``loop_evaluate_trust``. A
+    replacement must keep the dedup hash, the three labels
     and the machine-readable tuple block, or other tools cannot dedup
     against its issues.
     """

@@ -86,10 +86,20 @@ def make_plugin_manager(
 
 def _load_entry_points(pm: _Manager, group: str) -> None:
     """Import and register every entry point of ``group``, as pluggy's
-    ``load_setuptools_entrypoints`` does, naming the one that fails and why."""
+    ``load_setuptools_entrypoints`` does, naming the one that fails and why.
+
+    They are registered in the order of their names, not in the order the
+    installed distributions happen to be found in (which depends on how and
+    when each was installed): for two plugins implementing a ``firstresult``
+    hook with the same ``tryfirst``/``trylast`` mark, pluggy asks the one
+    registered last first, and that must not change with the install order.
+    """
     from importlib.metadata import entry_points
 
-    for ep in entry_points(group=group):
+    def order(ep: Any) -> tuple[str, str, str]:
+        return ep.name, str(getattr(getattr(ep, "dist", None), "name", "")), ep.value
+
+    for ep in sorted(entry_points(group=group), key=order):
         if pm.has_plugin(ep.name) or pm.is_blocked(ep.name):
             continue  # a name already taken: pluggy skips it too
         dist = getattr(ep, "dist", None)

@@ -403,3 +403,73 @@ def test_a_misspelt_hook_names_the_plugin_not_its_module() -> None:
         make_plugin_manager(entry_points=False, plugins=[acme])
     assert str(err.value) == ("plugin 'acme_typo': implements 'loop_draft_isue', which is not a hook of loop-rules "
                               "(a misspelt loop_* function?)")
+
+
+TITLED_DRAFTER = """
+    import dataclasses
+
+    from loop_core import hookimpl
+    from loop_core.dedup import draft_issue
+
+
+    @hookimpl{mark}
+    def loop_draft_issue(bundle, verdict):
+        draft = draft_issue(bundle, verdict)
+        return dataclasses.replace(draft, title="[{name}] " + draft.title)
+"""
+
+
+def _title_drafted_by(pm: pluggy.PluginManager) -> str:
+    bundle = make_bundle("torch.cuda.OutOfMemoryError: CUDA out of memory")
+    draft = pm.hook.loop_draft_issue(bundle=bundle, verdict=Engine.build("default", pm).classify(bundle))
+    return str(draft.title)
+
+
+@pytest.mark.parametrize("installed", [("alpha", "zeta"), ("zeta", "alpha")])
+def test_of_two_drafters_without_a_mark_the_entry_point_named_last_answers(install: Callable[..., None],
+                                                                           installed: tuple[str, str]) -> None:
+    """Whichever package was installed (found on sys.path) first: entry points are
+    registered in name order, and pluggy asks the one registered last first."""
+    for name in installed:
+        install(f"acme-{name}", {name: f"acme_{name}"}, {f"acme_{name}": TITLED_DRAFTER.format(name=name, mark="")})
+    pm = make_plugin_manager()
+    assert [name for name, _plugin in pm.list_name_plugin() if name in installed] == ["alpha", "zeta"]
+    assert _title_drafted_by(pm).startswith("[zeta] [loop][genuine-oom] ")
+
+
+def test_a_tryfirst_drafter_answers_before_one_without_a_mark(install: Callable[..., None]) -> None:
+    install("acme-alpha", {"alpha": "acme_alpha"},
+            {"acme_alpha": TITLED_DRAFTER.format(name="alpha", mark="(tryfirst=True)")})
+    install("acme-zeta", {"zeta": "acme_zeta"}, {"acme_zeta": TITLED_DRAFTER.format(name="zeta", mark="")})
+    assert _title_drafted_by(make_plugin_manager()).startswith("[alpha] ")
+
+
+def test_plugins_registered_later_are_asked_first_and_trylast_ones_after_the_built_in(
+        pm: pluggy.PluginManager, register_plugin: Callable[..., Any]) -> None:
+    class Titled:
+        def __init__(self, name: str, answers: bool = True) -> None:
+            self.name, self.answers = name, answers
+
+        def draft(self, bundle: Any, verdict: Any) -> Any:
+            from loop_core.dedup import draft_issue
+
+            draft = draft_issue(bundle, verdict)
+            return dataclasses.replace(draft, title=f"[{self.name}] {draft.title}") if self.answers else None
+
+    class Plain(Titled):
+        @hookimpl
+        def loop_draft_issue(self, bundle: Any, verdict: Any) -> Any:
+            return self.draft(bundle, verdict)
+
+    class Last(Titled):
+        @hookimpl(trylast=True)
+        def loop_draft_issue(self, bundle: Any, verdict: Any) -> Any:
+            return self.draft(bundle, verdict)
+
+    register_plugin(Last("last"), "acme-last")
+    assert _title_drafted_by(pm).startswith("[loop]")  # the built-in, trylast too and registered first, answered
+    register_plugin(Plain("first"), "acme-first")
+    register_plugin(Plain("second"), "acme-second")
+    assert _title_drafted_by(pm).startswith("[second] ")
+    register_plugin(Plain("third", answers=False), "acme-third")  # asked first, no opinion: the next one answers
+    assert _title_drafted_by(pm).startswith("[second] ")
