@@ -797,6 +797,7 @@ def report(captures: Path, out: Path, rules: str, catalog: Path | None) -> None:
 
 
 def _tracker(name: str, captures: Path, repo: str | None) -> Any:
+    from .errors import failure_text
     from .plugins import collect, make_plugin_manager
     from .trackers import TrackerOptions
 
@@ -805,7 +806,10 @@ def _tracker(name: str, captures: Path, repo: str | None) -> Any:
     if name not in specs:
         raise LoopClickError(f"--tracker {name!r}: unknown tracker (trackers: {', '.join(sorted(specs))})")
     spec, plugin = specs[name]
-    made = spec.factory(TrackerOptions(Path(captures), repo=repo))
+    try:
+        made = spec.factory(TrackerOptions(Path(captures), repo=repo))
+    except SystemExit as e:  # a plugin's sys.exit must not end the command quietly with its status
+        raise LoopClickError(f"--tracker {name!r}: plugin {plugin!r}: its factory raised {failure_text(e)}") from e
     if not callable(getattr(made, "file", None)):
         # A run without a tracker is a dry run: a factory's None must not turn into one.
         raise LoopClickError(f"--tracker {name!r}: plugin {plugin!r} made {type(made).__name__}, "
@@ -882,11 +886,13 @@ def run(captures: Path, tracker_name: str, repo: str | None, rules: str, catalog
 def _close(tracker: Any) -> None:
     """Close a tracker after its filing; a close that fails (a plugin's) is said on
     stderr, not allowed to hide the summary of what was filed."""
+    from .errors import PLUGIN_FAILURES, failure_text
+
     try:
         tracker.close()
-    except Exception as e:  # noqa: BLE001 - the filing is done; report and go on
+    except PLUGIN_FAILURES as e:  # noqa: BLE001 - the filing is done; report and go on (a sys.exit too)
         click.echo(f"loop-rules: warning: tracker {getattr(tracker, 'name', '?')!r}: close failed: "
-                   f"{type(e).__name__}: {e}", err=True)
+                   f"{failure_text(e)}", err=True)
 
 
 def _tell_problems(tracker: Any, captures: Path | None) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import regex
 
+from .errors import PLUGIN_FAILURES, failure_text
 from .fastregex import GuardedRegex, affix_key, anchor_word
 from .view import MISSING, SIGNALS, View
 
@@ -518,8 +519,8 @@ def _compile(raw: Any, kinds: Mapping[str, ConditionKind], timeout: float, where
         compiled = kind.compile(arg)
     except (ValueError, TypeError) as e:
         raise ValueError(f"{where}.{name}: {e}") from e
-    except Exception as e:  # a plugin's bug, reported at the rule that met it
-        raise ValueError(f"{where}.{name}: condition kind {name!r} raised {type(e).__name__}: {e}") from e
+    except PLUGIN_FAILURES as e:  # a plugin's bug (or its sys.exit), reported at the rule that met it
+        raise ValueError(f"{where}.{name}: condition kind {name!r} raised {failure_text(e)}") from e
     return Kind(kind, compiled, arg)
 
 

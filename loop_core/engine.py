@@ -15,7 +15,7 @@ import pluggy
 
 from .bundle import Bundle
 from .conditions import ConditionKind, Trace
-from .errors import PluginError, RuleError
+from .errors import PLUGIN_FAILURES, PluginError, RuleError, failure_text
 from .keys import error_substring, tier2_fingerprint
 from .packs import PackInfo
 from .plugins import collect, make_plugin_manager
@@ -190,8 +190,8 @@ class Engine:
         """One matcher; a plugin that raises is reported and skipped, never fatal to the run."""
         try:
             result = matcher.match(ctx)
-        except Exception as e:  # noqa: BLE001 - third-party code must not crash a batch
-            ctx.view.warnings.append(f"matcher {matcher.name!r} raised {type(e).__name__}: {e}; skipped")
+        except PLUGIN_FAILURES as e:  # noqa: BLE001 - third-party code must not crash a batch (nor end it)
+            ctx.view.warnings.append(f"matcher {matcher.name!r} raised {failure_text(e)}; skipped")
             return None
         if result is not None and not isinstance(result, Match):
             ctx.view.warnings.append(f"matcher {matcher.name!r} returned {type(result).__name__}, not a Match; "
@@ -232,8 +232,8 @@ class Engine:
             return ()
         try:
             traces = tuple(matcher.explain(ctx))
-        except Exception as e:  # noqa: BLE001 - third-party code, as in _run
-            return (Trace("explain", False, f"matcher {matcher.name!r} raised {type(e).__name__}: {e}"),)
+        except PLUGIN_FAILURES as e:  # noqa: BLE001 - third-party code, as in _run
+            return (Trace("explain", False, f"matcher {matcher.name!r} raised {failure_text(e)}"),)
         if not all(isinstance(t, Trace) for t in traces):
             return (Trace("explain", False, f"matcher {matcher.name!r} returned something other than Traces"),)
         return traces

@@ -51,3 +51,23 @@ class TrackerError(LoopError):
 class WorkerError(LoopError):
     """A ``--jobs`` worker process could not start, or ended before answering (killed, out of
     memory, crashed)."""
+
+
+# What the host catches from a plugin's code and reports as that plugin's failure: any
+# Exception, and SystemExit, for a plugin's sys.exit() must not end the command quietly
+# with the plugin's status (often 0) and nothing filed. Never KeyboardInterrupt: Ctrl-C
+# and SIGTERM stop the command as they always do.
+PLUGIN_FAILURES: tuple[type[BaseException], ...] = (Exception, SystemExit)
+
+
+def failure_text(error: BaseException) -> str:
+    """How a failure of a plugin's code reads in a message, ``ValueError: boom``; for
+    ``sys.exit`` (whose text alone is only the exit status) ``SystemExit: sys.exit(0) was called``."""
+    return f"{type(error).__name__}: {failure_detail(error)}"
+
+
+def failure_detail(error: BaseException) -> str:
+    """:func:`failure_text` without the exception's type."""
+    if isinstance(error, SystemExit):
+        return f"sys.exit({error.code!r}) was called"
+    return str(error)

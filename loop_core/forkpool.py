@@ -236,6 +236,10 @@ def _serve(fn: Callable[[Any, Engine], Any], engine: Engine, tasks: int, answers
                     message = pickle.dumps((True, [fn(item, engine) for item in chunk]), protocol=5)
                 except Exception as e:  # noqa: BLE001 - handed to the caller, who raises it
                     message = _error_message(e, traceback.format_exc())
+                except SystemExit as e:  # code that called sys.exit (a plugin's): said, not a silent death
+                    message = _error_message(WorkerError(
+                        f"worker process {os.getpid()}: sys.exit({e.code!r}) was called while classifying"),
+                        traceback.format_exc())
                 outbox.write(_frame(message))
                 outbox.flush()
     except BrokenPipeError:

@@ -58,7 +58,7 @@ from .dedup import (
     sanitize,
 )
 from .engine import Engine
-from .errors import BundleError, PluginError
+from .errors import PLUGIN_FAILURES, BundleError, LoopError, PluginError, failure_text
 from .keys import dedup_key
 from .parallel import engine_map
 from .pickling import pickled_by_fields
@@ -71,6 +71,7 @@ from .trackers import (
     Tracker,
     checked_results,
     review_payload,
+    tracker_exited,
 )
 from .trust import ConsensusIndex, graduation_set, trust_of
 from .verdict import Classification, FailureClass, Tier
@@ -156,14 +157,25 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
     elif prepare and verdict.should_file:
         assert occurrence is not None
         # "is True": a tracker's other answers (a plugin's "no", say) must not skip the filing.
-        if counted is not None and counted(dedup_key(bundle, verdict.failure_class.value).digest(),
-                                           occurrence.submission) is True:
+        try:
+            known = counted is not None and counted(dedup_key(bundle, verdict.failure_class.value).digest(),
+                                                    occurrence.submission) is True
+        except SystemExit as e:
+            raise tracker_exited(getattr(counted, "__self__", counted), "counted", e) from e
+        if known:
             return Processed(path, verdict=verdict, failure=True, occurrence=occurrence, anchor=anchor, counted=True,
                              settles=settles)
         try:
             draft = engine.pm.hook.loop_draft_issue(bundle=bundle, verdict=verdict)
         except BundleError as e:  # a key too long for any issue body
             return Processed(path, error=str(e))
+        except LoopError:
+            raise
+        except PLUGIN_FAILURES as e:
+            plugins = _other_drafters(engine.pm)
+            if not plugins:
+                raise  # the built-in drafter's own bug
+            raise PluginError(f"loop_draft_issue (plugins {', '.join(plugins)}) raised {failure_text(e)}") from e
         plugins = _other_drafters(engine.pm)
         if plugins:  # the built-in drafter is trusted: nothing to re-check on the usual path
             _check_draft(draft, bundle, verdict, plugins)
@@ -451,7 +463,11 @@ class _Filer:
     def file(self, draft: IssueDraft, occurrence: Occurrence) -> None:
         assert self.tracker is not None
         if self.many is None:
-            (result,) = checked_results(self.tracker, [self.tracker.file(draft, occurrence)], 1)
+            try:
+                answer = self.tracker.file(draft, occurrence)
+            except SystemExit as e:
+                raise tracker_exited(self.tracker, "file", e) from e
+            (result,) = checked_results(self.tracker, [answer], 1)
             self._count(result)
             return
         if not self.pending:
@@ -514,7 +530,11 @@ class _Filer:
             return
         assert self.many is not None
         pending, self.pending = self.pending, []
-        for result in checked_results(self.tracker, self.many(pending), len(pending)):
+        try:
+            answers = self.many(pending)
+        except SystemExit as e:
+            raise tracker_exited(self.tracker, "file_many", e) from e
+        for result in checked_results(self.tracker, answers, len(pending)):
             self._count(result)
 
     def finish(self) -> None:

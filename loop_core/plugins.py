@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pluggy
 
 from . import hookspecs
-from .errors import PluginError
+from .errors import PLUGIN_FAILURES, PluginError, failure_text
 
 __all__ = [
     "AUTOLOAD_ENV",
@@ -106,8 +106,8 @@ def _load_entry_points(pm: _Manager, group: str) -> None:
         where = _entry_point_text(ep, dist)
         try:
             plugin = ep.load()
-        except Exception as e:  # a broken third-party package must name itself
-            raise PluginError(f"entry point group {group!r}: cannot load {where}: {type(e).__name__}: {e}") from e
+        except PLUGIN_FAILURES as e:  # a broken third-party package must name itself
+            raise PluginError(f"entry point group {group!r}: cannot load {where}: {failure_text(e)}") from e
         _register(pm, plugin, ep.name, f"entry point group {group!r}: cannot load {where}")
         if dist is not None:
             pm.entry_point_dists.append((plugin, dist))
@@ -129,6 +129,8 @@ def _register(pm: pluggy.PluginManager, plugin: object, name: str, who: str) -> 
         pm.register(plugin, name=name)
     except pluggy.PluginValidationError as e:
         raise PluginError(f"{who}: {_one_line(e)}") from e
+    except PLUGIN_FAILURES as e:  # an attribute of the plugin that raises when pluggy looks at it
+        raise PluginError(f"{who}: {failure_text(e)}") from e
 
 
 def _one_line(error: pluggy.PluginValidationError) -> str:
@@ -218,7 +220,7 @@ def collect(
             pm.subset_hook_caller(hook_name, remove_plugins=others)(register=_Register(impl.plugin_name, add))
         except PluginError:
             raise
-        except Exception as e:
+        except PLUGIN_FAILURES as e:
             raise PluginError(f"plugin {impl.plugin_name!r}: {hook_name} failed: {e!r}") from e
     return found
 

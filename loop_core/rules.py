@@ -24,7 +24,7 @@ from typing import Any
 
 from . import packcache
 from .conditions import DEFAULT_REGEX_TIMEOUT, Condition, ConditionKind, Trace, compile_condition
-from .errors import RuleError
+from .errors import PLUGIN_FAILURES, RuleError, failure_detail
 from .fastregex import GuardedRegex, RegexCache
 from .litscan import scanner
 from .prefilter import RuleIndex
@@ -85,7 +85,7 @@ class Rule:
         before = view.timeouts
         try:
             hit = self.when.evaluate(view)
-        except Exception as e:  # noqa: BLE001 - one rule's failure must not end the bundle's classification
+        except PLUGIN_FAILURES as e:  # noqa: BLE001 - one rule's failure must not end the bundle's classification
             view.warnings.append(self._failed(e))
             return False
         if view.timeouts == before:
@@ -100,14 +100,15 @@ class Rule:
         before = view.timeouts
         try:
             trace = self.when.explain(view)
-        except Exception as e:  # noqa: BLE001 - as in matches
+        except PLUGIN_FAILURES as e:  # noqa: BLE001 - as in matches
             message = self._failed(e)
             view.warnings.append(message)
             return Trace("when", False, message), False
         return trace, trace.matched and view.timeouts == before
 
-    def _failed(self, error: Exception) -> str:
-        return f"rule {self.id!r} raised {type(error).__name__} while evaluated: {error}; counted as no match"
+    def _failed(self, error: BaseException) -> str:
+        return (f"rule {self.id!r} raised {type(error).__name__} while evaluated: {failure_detail(error)}; "
+                "counted as no match")
 
 
 @dataclass(frozen=True, slots=True)

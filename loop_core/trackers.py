@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .dedup import SCHEMA, SPOOL_KIND, IssueDraft, Occurrence, body_tuple_matches
-from .errors import TrackerError
+from .errors import TrackerError, failure_text
 from .jsontext import dumps_indented, item_texts, splice_list
 
 __all__ = [
@@ -99,6 +99,14 @@ def checked_results(tracker: Any, results: Any, count: int) -> list[FileResult]:
             raise TrackerError(f"tracker {name!r} answered {str(result)[:120]!r}, not a FileResult "
                                "whose action is a FileAction")
     return found
+
+
+def tracker_exited(tracker: Any, what: str, error: SystemExit) -> TrackerError:
+    """The error for a tracker whose ``what`` (``file``, ``file_many``, ``counted``) called
+    ``sys.exit``: stopping the command quietly with the tracker's status would hide where
+    the filing stopped; as a :class:`TrackerError` it is one line naming the tracker."""
+    name = getattr(tracker, "name", type(tracker).__name__)
+    return TrackerError(f"tracker {name!r}: {what} raised {failure_text(error)}")
 
 
 class Tracker(Protocol):
@@ -550,12 +558,12 @@ def replay_spool(spool: SpoolTracker, target: Tracker) -> list[ReplayResult]:
         # In batches where the target takes them (SQLite: a transaction per 256, not per
         # occurrence), with the results filing them one by one gives.
         many = getattr(target, "file_many", None)
-        if many is not None:
-            results = checked_results(target, many([(draft, occurrence) for occurrence in occurrences]),
-                                      len(occurrences))
-        else:
-            results = checked_results(target, [target.file(draft, occurrence) for occurrence in occurrences],
-                                      len(occurrences))
+        try:
+            answers = (many([(draft, occurrence) for occurrence in occurrences]) if many is not None
+                       else [target.file(draft, occurrence) for occurrence in occurrences])
+        except SystemExit as e:  # the spool file stays: nothing is removed for a filing that stopped
+            raise tracker_exited(target, "file_many" if many is not None else "file", e) from e
+        results = checked_results(target, answers, len(occurrences))
         # A result that points at a spool file did not land in the target (it fell back).
         drained = all(r.action is not FileAction.SPOOLED and r.spool_path is None for r in results)
         if drained:

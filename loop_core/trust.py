@@ -249,7 +249,7 @@ def trust_of(pm: Any, bundle: Bundle, *, catalog: Catalog, priors: ConsensusInde
     """What the ``loop_evaluate_trust`` hooks decide for one anchor, held to the hook's
     contract: a hook that raises, or answers anything but a :class:`TrustResult`, is a
     :class:`~loop_core.errors.PluginError` naming the plugins, not a crash later."""
-    from .errors import LoopError, PluginError
+    from .errors import PLUGIN_FAILURES, LoopError, PluginError, failure_text
 
     def hook() -> str:
         return f"loop_evaluate_trust (plugins {', '.join(i.plugin_name for i in pm.hook.loop_evaluate_trust.get_hookimpls())})"
@@ -259,8 +259,8 @@ def trust_of(pm: Any, bundle: Bundle, *, catalog: Catalog, priors: ConsensusInde
                                              maintainer_promoted=maintainer_promoted, consensus_n=consensus_n)
     except LoopError:
         raise
-    except Exception as e:  # a plugin's bug, reported as one
-        raise PluginError(f"{hook()} raised {type(e).__name__}: {e}") from e
+    except PLUGIN_FAILURES as e:  # a plugin's bug (or its sys.exit), reported as one
+        raise PluginError(f"{hook()} raised {failure_text(e)}") from e
     if not isinstance(result, TrustResult):
         raise PluginError(f"{hook()} returned {type(result).__name__}, not a TrustResult")
     return result

@@ -140,6 +140,10 @@ class Drafts:
         draft = draft_issue(bundle, verdict)
         if self.how == "text":
             return draft.title
+        if self.how == "exit":
+            sys.exit(0)
+        if self.how == "raise":
+            raise ValueError("no template")
         if self.how == "hash":
             return dataclasses.replace(draft, dedup_hash="000000000000")
         if self.how == "notuple":
@@ -152,6 +156,8 @@ class Drafts:
     ("hash", "its dedup_hash '000000000000' is not its key's"),
     ("notuple", "no tuple block that verifies"),
     ("longtitle", "title is longer than 256"),
+    ("exit", "raised SystemExit: sys.exit(0) was called"),
+    ("raise", "raised ValueError: no template"),
 ])
 def test_a_draft_no_tracker_can_count_on_stops_the_run(cli_uses_pm: pluggy.PluginManager,
                                                        register_plugin: Callable[..., Any], captures: Path,
@@ -187,10 +193,13 @@ class Trust:
                             consensus_n: int) -> Any:
         if self.how == "raise":
             raise KeyError("calibration")
+        if self.how == "exit":
+            sys.exit(0)
         return "validated"
 
 
 @pytest.mark.parametrize("how, problem", [("raise", "raised KeyError: 'calibration'"),
+                                          ("exit", "raised SystemExit: sys.exit(0) was called"),
                                           ("text", "returned str, not a TrustResult")])
 def test_a_trust_hook_that_breaks_its_contract_is_named(cli_uses_pm: pluggy.PluginManager,
                                                         register_plugin: Callable[..., Any], captures: Path,
@@ -473,3 +482,173 @@ def test_plugins_registered_later_are_asked_first_and_trylast_ones_after_the_bui
     assert _title_drafted_by(pm).startswith("[second] ")
     register_plugin(Plain("third", answers=False), "acme-third")  # asked first, no opinion: the next one answers
     assert _title_drafted_by(pm).startswith("[second] ")
+
+
+# -- sys.exit in a plugin -------------------------------------------------------------
+# A plugin that calls sys.exit has failed like one that raised: the command goes on or
+# stops with one line naming it, never ends quietly with the plugin's status.
+
+
+def _exits(*_args: Any) -> Any:
+    sys.exit(0)
+
+
+def test_a_matcher_that_calls_sys_exit_is_skipped_with_a_warning(pm: pluggy.PluginManager,
+                                                                 register_plugin: Callable[..., Any]) -> None:
+    register_plugin(Matchers(Matcher("acme-quit", Tier.TIER1, 5, _exits, _exits)), "acme-quit")
+    engine = Engine.build("default", pm)
+    bundle = make_bundle("torch.cuda.OutOfMemoryError: CUDA out of memory")
+    verdict = engine.classify(bundle)
+    assert verdict.matched_rule == "tier1-oom-fastpath"
+    assert verdict.warnings == ("matcher 'acme-quit' raised SystemExit: sys.exit(0) was called; skipped",)
+    _verdict, traces = engine.explain(bundle)
+    [mine] = [t for t in traces if t.matcher == "acme-quit"]
+    assert mine.traces[0].detail == "matcher 'acme-quit' raised SystemExit: sys.exit(0) was called"
+
+
+def test_ctrl_c_in_a_matcher_still_stops_the_command(pm: pluggy.PluginManager,
+                                                     register_plugin: Callable[..., Any]) -> None:
+    def interrupted(ctx: Any) -> None:
+        raise KeyboardInterrupt
+
+    register_plugin(Matchers(Matcher("acme-ctrl-c", Tier.TIER1, 5, interrupted)), "acme-ctrl-c")
+    with pytest.raises(KeyboardInterrupt):
+        Engine.build("default", pm).classify(make_bundle("boom"))
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_run_whose_matcher_calls_sys_exit_goes_on_in_every_worker(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path, jobs: str) -> None:
+    """Under --jobs the worker died with it ("worker process N exited with status 1")."""
+    register_plugin(Matchers(Matcher("acme-quit", Tier.TIER1, 5, _exits)), "acme-quit")
+    data = run_json(captures, "--dry-run", "--jobs", jobs)
+    assert data["warnings"] == {"matcher 'acme-quit' raised SystemExit: sys.exit(0) was called; skipped":
+                                data["bundles"] - 1}  # all but the unreadable bundle
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_drafter_that_calls_sys_exit_stops_the_run_named_and_loses_nothing(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path, jobs: str) -> None:
+    register_plugin(Drafts("exit"), "acme-drafts")
+    result = run_json(captures, "--jobs", jobs, code=2)
+    assert result.stderr == ("Error: loop_draft_issue (plugins acme-drafts) raised SystemExit: sys.exit(0) was "
+                             "called\n")
+    cli_uses_pm.unregister(name="acme-drafts")
+    assert run_json(captures)["filed_new"] == 12  # the rerun files every failure, once
+
+
+class QuittingRegistration:
+    @hookimpl
+    def loop_register_conditions(self, register: Callable[[Any], None]) -> None:
+        sys.exit(3)
+
+
+def test_a_registration_hook_that_calls_sys_exit_is_a_plugin_error(pm: pluggy.PluginManager,
+                                                                   register_plugin: Callable[..., Any]) -> None:
+    register_plugin(QuittingRegistration(), "acme-quitter")
+    with pytest.raises(PluginError, match=r"^plugin 'acme-quitter': loop_register_conditions failed: SystemExit\(3\)$"):
+        Engine.build("default", pm)
+
+
+def test_an_entry_point_that_calls_sys_exit_on_import_cannot_be_loaded(install: Callable[..., None]) -> None:
+    install("acme-quitter", {"quitter": "acme_quitter"}, {"acme_quitter": "import sys\nsys.exit(0)\n"})
+    result = _cli("plugins")
+    assert result.exit_code == 2
+    assert result.stderr == ("Error: entry point group 'loop_rules': cannot load plugin 'quitter' (acme_quitter, "
+                             "from acme-quitter): SystemExit: sys.exit(0) was called\n")
+
+
+class QuittingKind:
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    @hookimpl
+    def loop_register_conditions(self, register: Callable[[Any], None]) -> None:
+        from loop_core import ConditionKind
+
+        register(ConditionKind("acme_quit", _exits if self.where == "evaluate" else lambda view, arg: True,
+                               _exits if self.where == "compile" else lambda arg: arg))
+
+
+def _pack_using_acme_quit(tmp_path: Path) -> Path:
+    pack = tmp_path / "p"
+    pack.mkdir()
+    (pack / "10.yml").write_text(
+        "- id: quits\n  class: unknown\n  description: d\n  when: {not: {acme_quit: 1}}\n"
+        "  examples: {match: [x]}\n"
+        "- id: oom\n  class: genuine-oom\n  description: d\n  when: {select: $.signal.error_text_lower, "
+        "contains: out of memory}\n  examples: {match: [out of memory]}\n")
+    return pack
+
+
+def test_a_condition_kind_that_calls_sys_exit_fails_its_rule_only(
+        pm: pluggy.PluginManager, register_plugin: Callable[..., Any], tmp_path: Path) -> None:
+    register_plugin(QuittingKind("evaluate"), "acme-kind")
+    verdict = Engine.build(_pack_using_acme_quit(tmp_path), pm).classify(make_bundle("out of memory"))
+    assert verdict.matched_rule == "oom"  # the rules after it are still evaluated
+    assert verdict.warnings == ("rule 'quits' raised SystemExit while evaluated: sys.exit(0) was called; "
+                                "counted as no match",)
+
+
+def test_a_condition_kind_whose_compile_calls_sys_exit_is_named_at_the_rule(
+        pm: pluggy.PluginManager, register_plugin: Callable[..., Any], tmp_path: Path) -> None:
+    from loop_core import RuleError
+
+    register_plugin(QuittingKind("compile"), "acme-kind")
+    with pytest.raises(RuleError, match=r"quits: when.not.acme_quit: condition kind 'acme_quit' raised "
+                                        r"SystemExit: sys.exit\(0\) was called"):
+        Engine.build(_pack_using_acme_quit(tmp_path), pm)
+
+
+class Quitting(Recorder):
+    def __init__(self, store: RecorderStore, options: Any, where: str) -> None:
+        super().__init__(store, options)
+        self.where = where
+
+    def file(self, draft: Any, occurrence: Any) -> Any:
+        if self.where == "file":
+            sys.exit(0)
+        return super().file(draft, occurrence)
+
+    def close(self) -> None:
+        if self.where == "close":
+            sys.exit(0)
+
+
+class QuittingStore(RecorderStore):
+    def __init__(self, where: str) -> None:
+        super().__init__("quitting")
+        self.where = where
+
+    def factory(self, options: Any) -> Any:
+        if self.where == "factory":
+            sys.exit(0)
+        return Quitting(self, options, self.where)
+
+
+@pytest.mark.parametrize("where, code, problem", [
+    ("factory", 2, "Error: --tracker 'quitting': plugin 'acme-quitting': its factory raised SystemExit: "
+                   "sys.exit(0) was called\n"),
+    ("file", 2, "Error: tracker 'quitting': file raised SystemExit: sys.exit(0) was called\n"),
+    ("close", 0, "loop-rules: warning: tracker 'quitting': close failed: SystemExit: sys.exit(0) was called\n"),
+])
+def test_a_tracker_that_calls_sys_exit_is_named(cli_uses_pm: pluggy.PluginManager,
+                                                register_plugin: Callable[..., Any], captures: Path,
+                                                where: str, code: int, problem: str) -> None:
+    register_plugin(QuittingStore(where), "acme-quitting")
+    result = _cli("run", captures, "--tracker", "quitting", "--format", "json")
+    assert result.exit_code == code
+    assert result.stderr == problem
+    if code == 0:
+        assert json.loads(result.stdout)["filed_new"] == 12  # the summary still comes
+
+
+def test_a_spool_replay_into_a_tracker_that_calls_sys_exit_keeps_the_spool(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path) -> None:
+    assert run_json(captures, "--tracker", "spool")["spooled"] == FILEABLE
+    before = sorted((captures / "_dedup-queue").glob("*.json"))
+    register_plugin(QuittingStore("file"), "acme-quitting")
+    result = _cli("spool", "replay", captures, "--tracker", "quitting")
+    assert result.exit_code == 2
+    assert result.stderr == "Error: tracker 'quitting': file raised SystemExit: sys.exit(0) was called\n"
+    assert sorted((captures / "_dedup-queue").glob("*.json")) == before

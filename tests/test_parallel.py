@@ -64,6 +64,12 @@ def _die(item: int, engine: Engine) -> int:
     return item
 
 
+def _exit(item: int, engine: Engine) -> int:
+    if item == 9:
+        sys.exit(0)  # as a plugin's code might, deep inside fn
+    return item
+
+
 def _echo_long(item: str, engine: Engine) -> str:
     return item * 3
 
@@ -154,6 +160,13 @@ def test_an_answer_that_cannot_be_read_back_is_named(engine: Engine, deadline: N
 def test_a_worker_that_dies_is_an_error_not_a_hang(engine: Engine, deadline: None) -> None:
     with pytest.raises(WorkerError, match=r"worker process \d+ exited with status 3 before answering"):
         list(engine_map(_die, range(40), engine, jobs=2, chunk=2))
+
+
+def test_a_sys_exit_in_a_worker_is_said_not_a_death_with_its_status(engine: Engine, deadline: None) -> None:
+    """It ended the worker, and the run read "worker process N exited with status 1"."""
+    with pytest.raises(WorkerError, match=r"worker process \d+: sys.exit\(0\) was called while classifying") as raised:
+        list(engine_map(_exit, range(40), engine, jobs=2, chunk=2))
+    assert "_exit" in str(raised.value.__cause__)  # the worker's traceback
 
 
 def test_a_worker_that_cannot_start_is_an_error_and_the_others_stop(engine: Engine,
