@@ -208,6 +208,8 @@ def collect(
 
     def add(item: T, plugin: str) -> None:
         name = key(item)
+        if not isinstance(name, str):  # names are sorted, shown and looked up as text
+            raise PluginError(f"plugin {plugin!r}: {what} name must be text, got {name!r}")
         if name in found:
             raise PluginError(f"{what} {name!r} registered twice: by plugin {found[name][1]!r} "
                               f"and by plugin {plugin!r}")

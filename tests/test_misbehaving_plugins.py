@@ -652,3 +652,54 @@ def test_a_spool_replay_into_a_tracker_that_calls_sys_exit_keeps_the_spool(
     assert result.exit_code == 2
     assert result.stderr == "Error: tracker 'quitting': file raised SystemExit: sys.exit(0) was called\n"
     assert sorted((captures / "_dedup-queue").glob("*.json")) == before
+
+
+# -- names -------------------------------------------------------------------------
+
+
+class Named:
+    """Registers one thing of each kind, the one of kind ``what`` under ``name``."""
+
+    def __init__(self, what: str, name: Any) -> None:
+        self.what, self.name = what, name
+
+    def _name(self, what: str) -> Any:
+        return self.name if what == self.what else f"acme-{what}"
+
+    @hookimpl
+    def loop_register_matchers(self, register: Callable[[Any], None]) -> None:
+        register(Matcher(self._name("matcher"), Tier.TIER2, 500, lambda ctx: None))
+
+    @hookimpl
+    def loop_register_conditions(self, register: Callable[[Any], None]) -> None:
+        from loop_core import ConditionKind
+
+        register(ConditionKind(self._name("condition kind"), lambda view, arg: True))
+
+    @hookimpl
+    def loop_register_rule_packs(self, register: Callable[[Any], None]) -> None:
+        from loop_core import PackInfo
+
+        register(PackInfo(self._name("rule pack"), Path("nowhere"), "d"))
+
+
+@pytest.mark.parametrize("what", ["matcher", "condition kind", "rule pack"])
+def test_a_name_that_is_not_text_is_a_plugin_error(cli_uses_pm: pluggy.PluginManager,
+                                                   register_plugin: Callable[..., Any], what: str) -> None:
+    """It was "internal error: TypeError: '<' not supported ..." in every command."""
+    register_plugin(Named(what, 42), "acme-named")
+    problem = f"plugin 'acme-named': {what} name must be text, got 42"
+    with pytest.raises(PluginError, match=f"^{problem}$"):
+        Engine.build("default", cli_uses_pm)
+    for args in (("plugins",), ("check",)):
+        result = _cli(*args)
+        assert (result.exit_code, result.stderr) == (2, f"Error: {problem}\n"), args
+
+
+def test_a_tracker_name_that_is_not_text_is_a_plugin_error(cli_uses_pm: pluggy.PluginManager,
+                                                           register_plugin: Callable[..., Any],
+                                                           captures: Path) -> None:
+    register_plugin(RecorderStore(42), "acme-trackers")  # type: ignore[arg-type]
+    result = _cli("run", captures, "--tracker", "sqlite")
+    assert (result.exit_code, result.stderr) == (2, "Error: plugin 'acme-trackers': tracker name must be text, "
+                                                    "got 42\n")
