@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pluggy
 
@@ -84,11 +85,77 @@ def _match_problem(match: Match) -> str | None:
     if match.delta_mib is not None and (not isinstance(match.delta_mib, (int, float))
                                         or isinstance(match.delta_mib, bool)):
         return f"delta_mib is {type(match.delta_mib).__name__}, not a number"
-    if match.tier1_inputs is not None and not isinstance(match.tier1_inputs, dict):
+    if match.tier1_inputs is not None and not isinstance(match.tier1_inputs, Mapping):
         return f"tier1_inputs is {type(match.tier1_inputs).__name__}, not a mapping"
     if match.review is not None and not isinstance(match.review, bool):
         return f"review is {type(match.review).__name__}, not None or a bool"
     return None
+
+
+MAX_INPUTS_DEPTH = 100  # levels tier1_inputs may nest: more than any bundle file read with default limits
+
+
+class _NotData(Exception):
+    """A value inside ``tier1_inputs`` that is not JSON data; ``path`` is where, innermost first."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.path: list[str] = []
+
+    def where(self) -> str:
+        return "tier1_inputs" + "".join(reversed(self.path))
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})  # JSON scalars as they are kept
+
+
+def _json_data(value: Any, depth: int = 0) -> Any:
+    """A copy of ``value`` made of plain JSON data (None, bools, ints, floats, text,
+    lists, dicts with text keys), which every output writes and a ``--jobs`` worker
+    pickles: a read-only mapping becomes a dict, a tuple a list, a subclass of int,
+    float or str its plain value. (NaN and the infinities are kept: bundle files may
+    hold them, and the JSON outputs write them as text.)
+
+    :raises _NotData: something else is inside (a set, bytes, a path, a non-text
+        key), or it nests deeper than :data:`MAX_INPUTS_DEPTH`.
+    """
+    if type(value) in _PLAIN:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if depth >= MAX_INPUTS_DEPTH:
+        raise _NotData(f"is nested deeper than {MAX_INPUTS_DEPTH} levels")
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                if not isinstance(key, str):
+                    raise _NotData(f"has a key {key!r} that is {type(key).__name__}, not text")
+                key = str.__str__(key)
+            if type(item) in _PLAIN:  # most values: no call
+                out[key] = item
+                continue
+            try:
+                out[key] = _json_data(item, depth + 1)
+            except _NotData as e:
+                e.path.append(f"[{key!r}]")
+                raise
+        return out
+    if isinstance(value, (list, tuple)):
+        items = []
+        for index, item in enumerate(value):
+            try:
+                items.append(_json_data(item, depth + 1))
+            except _NotData as e:
+                e.path.append(f"[{index}]")
+                raise
+        return items
+    raise _NotData(f"is {type(value).__name__}, not JSON data")
 
 
 def condition_kinds(pm: pluggy.PluginManager) -> dict[str, ConditionKind]:
@@ -200,6 +267,15 @@ class Engine:
         if result is not None and (problem := _match_problem(result)):
             ctx.view.warnings.append(f"matcher {matcher.name!r} returned a Match whose {problem}; skipped")
             return None
+        if result is not None and result.tier1_inputs is not None:
+            # Written to JSON rows and pickled under --jobs: a set or a path in it lost every row.
+            try:
+                inputs = _json_data(result.tier1_inputs)
+            except _NotData as e:
+                ctx.view.warnings.append(f"matcher {matcher.name!r} returned a Match whose {e.where()} "
+                                         f"{e.problem}; skipped")
+                return None
+            result = replace(result, tier1_inputs=inputs)
         return result
 
     def _with_shadow(self, ctx: MatchContext, verdict: Classification) -> Classification:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,13 +57,15 @@ class Match:
     an ``unknown`` goes to the review queue. None (the default) queues it, as
     every Tier-2 ``unknown`` is (CONTRACTS §3.7); False says a maintainer has
     already looked and decided it stays ``unknown`` (the exact table does).
+    ``tier1_inputs`` is a mapping of JSON data (the verdict keeps a plain
+    dict copy); a Match with anything else in it is skipped with a warning.
     """
 
     failure_class: Any
     rule_id: str
     route_as_kv_calc_bug: bool = False
     delta_mib: int | None = None
-    tier1_inputs: dict[str, Any] | None = None
+    tier1_inputs: Mapping[str, Any] | None = None
     review: bool | None = None
 
 

@@ -308,10 +308,28 @@ def test_an_entry_point_that_does_not_import_is_named(tmp_path: Path, monkeypatc
         make_plugin_manager()
 
 
+def _deep(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels):
+        value = {"x": value}
+    return value
+
+
+_CYCLE: dict[str, Any] = {}
+_CYCLE["self"] = _CYCLE
+
+
 @pytest.mark.parametrize("fields, problem", [
     ({"rule_id": 12345}, "rule_id is int, not text"),
     ({"delta_mib": "lots"}, "delta_mib is str, not a number"),
     ({"tier1_inputs": [1, 2]}, "tier1_inputs is list, not a mapping"),
+    ({"tier1_inputs": {"gpus": {0, 1}}}, "tier1_inputs['gpus'] is set, not JSON data"),
+    ({"tier1_inputs": {"raw": b"\x00"}}, "tier1_inputs['raw'] is bytes, not JSON data"),
+    ({"tier1_inputs": {"log": [Path("boot.log")]}}, "tier1_inputs['log'][0] is PosixPath, not JSON data"),
+    ({"tier1_inputs": {("gpu", 0): 1}}, "tier1_inputs has a key ('gpu', 0) that is tuple, not text"),
+    ({"tier1_inputs": {"by_gpu": {0: 1}}}, "tier1_inputs['by_gpu'] has a key 0 that is int, not text"),
+    ({"tier1_inputs": _deep(100)}, "tier1_inputs" + "['x']" * 100 + " is nested deeper than 100 levels"),
+    ({"tier1_inputs": _CYCLE}, "tier1_inputs" + "['self']" * 100 + " is nested deeper than 100 levels"),
 ])
 def test_a_match_with_fields_a_verdict_cannot_carry_is_skipped_with_a_warning(
         pm: pluggy.PluginManager, register_plugin: Callable[..., Any], fields: dict[str, Any], problem: str) -> None:
@@ -703,3 +721,51 @@ def test_a_tracker_name_that_is_not_text_is_a_plugin_error(cli_uses_pm: pluggy.P
     result = _cli("run", captures, "--tracker", "sqlite")
     assert (result.exit_code, result.stderr) == (2, "Error: plugin 'acme-trackers': tracker name must be text, "
                                                     "got 42\n")
+
+
+@pytest.mark.parametrize("inputs, kept", [
+    (types.MappingProxyType({"source": "acme", "gpus": (0, 1)}), {"source": "acme", "gpus": [0, 1]}),
+    (_deep(99), _deep(99)),  # 100 levels of mappings
+    ({"ratio": float("nan")}, {"ratio": "NaN"}),  # as classify writes a bundle's NaN
+])
+def test_tier1_inputs_that_are_json_data_are_kept_as_plain_data(
+        pm: pluggy.PluginManager, register_plugin: Callable[..., Any], bundle_dir: Callable[..., Path],
+        inputs: Any, kept: Any) -> None:
+    from loop_core.batch import classify_text
+
+    match = Match("genuine-oom", "acme-rule", tier1_inputs=inputs)
+    register_plugin(Matchers(Matcher("acme-inputs", Tier.TIER1, 5, lambda ctx: match)), "acme-inputs")
+    engine = Engine.build("default", pm)
+    verdict = engine.classify(make_bundle("nothing special"))
+    assert (verdict.matched_rule, verdict.warnings) == ("acme-rule", ())
+    assert type(verdict.tier1_inputs) is dict
+    [row] = [json.loads(text) for _bad, text in classify_text([bundle_dir("nothing special")], engine)]
+    assert row["tier1_inputs"] == kept
+
+
+def _odd_inputs(ctx: Any) -> Match | None:
+    if "acme" in ctx.view.signal("error_text_lower"):
+        return Match("genuine-oom", "acme-odd-inputs", tier1_inputs={"gpus": {0, 1}, "log": Path("boot.log")})
+    return None
+
+
+@pytest.mark.parametrize("fmt, jobs", [("json", "1"), ("jsonl", "1"), ("jsonl", "2")])
+def test_inputs_that_are_not_json_data_cost_no_row(cli_uses_pm: pluggy.PluginManager,
+                                                   register_plugin: Callable[..., Any],
+                                                   bundle_dir: Callable[..., Path], tmp_path: Path,
+                                                   fmt: str, jobs: str) -> None:
+    """classify --format json/jsonl ended with an internal error (status 70) and no row at all."""
+    register_plugin(Matchers(Matcher("acme-odd-inputs", Tier.TIER1, 5, _odd_inputs)), "acme-odd-inputs")
+    for i in range(8):
+        bundle_dir("RuntimeError: acme driver fault" if i % 2 else "torch.cuda.OutOfMemoryError: CUDA out of memory")
+    result = _cli("classify", "--format", fmt, "--jobs", jobs, tmp_path)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout) if fmt == "json" else [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == 8
+    odd = [row for row in rows if row["warnings"]]
+    assert len(odd) == 4 and all(row["matched_rule"] != "acme-odd-inputs" for row in odd)
+    assert odd[0]["warnings"] == ["matcher 'acme-odd-inputs' returned a Match whose tier1_inputs['gpus'] is set, "
+                                  "not JSON data; skipped"]
+    explained = _cli("explain", "--format", "json", tmp_path / "bundle-1")
+    assert explained.exit_code == 0, explained.output
+    assert json.loads(explained.stdout)["verdict"]["warnings"] == odd[0]["warnings"]
