@@ -158,6 +158,27 @@ def _json_data(value: Any, depth: int = 0) -> Any:
     raise _NotData(f"is {type(value).__name__}, not JSON data")
 
 
+MAX_TRACE_DEPTH = 64  # levels of Trace children an explain may nest
+
+
+def _traces_problem(traces: Any, depth: int) -> str | None:
+    """What keeps ``traces`` (an explain's answer, or a Trace's ``children``) from being
+    printed, or None: each must be a Trace whose children are a list or tuple of such,
+    nested at most :data:`MAX_TRACE_DEPTH` levels (a Trace can even hold itself)."""
+    if depth >= MAX_TRACE_DEPTH:
+        return f"Traces nested deeper than {MAX_TRACE_DEPTH} levels"
+    for trace in traces:
+        if not isinstance(trace, Trace):
+            where = "a Trace whose children hold" if depth else "something other than Traces:"
+            return f"{where} {type(trace).__name__}"
+        if not isinstance(trace.children, (tuple, list)):
+            return f"a Trace whose children are {type(trace.children).__name__}, not a list of Traces"
+        problem = _traces_problem(trace.children, depth + 1)
+        if problem is not None:
+            return problem
+    return None
+
+
 def condition_kinds(pm: pluggy.PluginManager) -> dict[str, ConditionKind]:
     found: dict[str, tuple[ConditionKind, str]] = collect(
         pm, "loop_register_conditions", lambda k: k.name, "condition kind")
@@ -290,9 +311,14 @@ class Engine:
         ctx = self.context(bundle)
         traces = []
         verdict: Classification | None = None
+        warnings = ctx.view.warnings
         for matcher in self.matchers:
             result = self._run(matcher, ctx)
+            said = len(warnings)
             detail = self._explain_one(matcher, ctx)
+            # The traces evaluate again what _run just did: what that says again (a rule
+            # that raised, a regex that timed out) is on the verdict once, as classify has it.
+            del warnings[said:]
             decided = result is not None and verdict is None
             traces.append(MatcherTrace(matcher.name, matcher.tier, result is not None, detail))
             if decided and result is not None:
@@ -310,8 +336,9 @@ class Engine:
             traces = tuple(matcher.explain(ctx))
         except PLUGIN_FAILURES as e:  # noqa: BLE001 - third-party code, as in _run
             return (Trace("explain", False, f"matcher {matcher.name!r} raised {failure_text(e)}"),)
-        if not all(isinstance(t, Trace) for t in traces):
-            return (Trace("explain", False, f"matcher {matcher.name!r} returned something other than Traces"),)
+        problem = _traces_problem(traces, 0)
+        if problem is not None:
+            return (Trace("explain", False, f"matcher {matcher.name!r} returned {problem}"),)
         return traces
 
     def _verdict(self, ctx: MatchContext, matcher: Matcher, result: Match) -> Classification:

@@ -769,3 +769,80 @@ def test_inputs_that_are_not_json_data_cost_no_row(cli_uses_pm: pluggy.PluginMan
     explained = _cli("explain", "--format", "json", tmp_path / "bundle-1")
     assert explained.exit_code == 0, explained.output
     assert json.loads(explained.stdout)["verdict"]["warnings"] == odd[0]["warnings"]
+
+
+# -- explain ---------------------------------------------------------------------------
+
+
+class RaisingKind:
+    @hookimpl
+    def loop_register_conditions(self, register: Callable[[Any], None]) -> None:
+        from loop_core import ConditionKind
+
+        def evaluate(view: Any, arg: Any) -> bool:
+            raise KeyError("kaboom")
+
+        register(ConditionKind("acme_kind", evaluate))
+
+
+def test_explain_says_a_condition_kind_s_warning_once(cli_uses_pm: pluggy.PluginManager,
+                                                      register_plugin: Callable[..., Any], tmp_path: Path,
+                                                      bundle_dir: Callable[..., Path]) -> None:
+    """explain evaluates every rule twice (to decide, then to trace): the warning came twice."""
+    register_plugin(RaisingKind(), "acme-kinds")
+    pack = tmp_path / "p"
+    pack.mkdir()
+    (pack / "10.yml").write_text("- id: r\n  class: unknown\n  description: d\n  when: {acme_kind: 1}\n"
+                                 "  examples: {match: [x]}\n")
+    warning = "rule 'r' raised KeyError while evaluated: 'kaboom'; counted as no match"
+    engine = Engine.build(pack, cli_uses_pm)
+    bundle = make_bundle("boom")
+    assert engine.explain(bundle)[0] == engine.classify(bundle)
+    assert engine.classify(bundle).warnings == (warning,)
+    target = bundle_dir("boom")
+    text = _cli("explain", "--rules", pack, target)
+    assert text.exit_code == 0 and text.stdout.count(f"warning: {warning}") == 1
+    data = json.loads(_cli("explain", "--rules", pack, "--format", "json", target).stdout)
+    assert data["verdict"]["warnings"] == [warning]
+
+
+def _looped() -> list[Any]:
+    from loop_core import Trace
+
+    children: list[Any] = []
+    trace = Trace("loops", True, children=children)  # type: ignore[arg-type]
+    children.append(trace)
+    return [trace]
+
+
+def _bad_traces(how: str) -> Callable[[Any], Any]:
+    from loop_core import Trace
+
+    answers = {
+        "child text": lambda: [Trace("found", True, "x", children=("a", "b"))],  # type: ignore[arg-type]
+        "children text": lambda: [Trace("found", True, "x", children="ab")],  # type: ignore[arg-type]
+        "text": lambda: ["found it"],
+        "loop": _looped,
+    }
+    return lambda ctx: answers[how]()
+
+
+@pytest.mark.parametrize("how, problem", [
+    ("child text", "returned a Trace whose children hold str"),
+    ("children text", "returned a Trace whose children are str, not a list of Traces"),
+    ("text", "returned something other than Traces: str"),
+    ("loop", "returned Traces nested deeper than 64 levels"),
+])
+def test_an_explain_that_returns_malformed_traces_is_shown_as_a_trace_line(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], bundle_dir: Callable[..., Path],
+        how: str, problem: str) -> None:
+    """Children that were not Traces ended explain with an internal error (AttributeError)."""
+    register_plugin(Matchers(Matcher("acme-traces", Tier.TIER2, 500, lambda ctx: None, _bad_traces(how))),
+                    "acme-traces")
+    target = bundle_dir("boom")
+    text = _cli("explain", target)
+    assert text.exit_code == 0, text.output
+    assert f"[tier2] acme-traces: no match\n  - explain: matcher 'acme-traces' {problem}\n" in text.stdout
+    data = json.loads(_cli("explain", "--format", "json", target).stdout)
+    [mine] = [m for m in data["matchers"] if m["matcher"] == "acme-traces"]
+    assert mine["trace"] == [f"- explain: matcher 'acme-traces' {problem}"]
