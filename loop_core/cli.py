@@ -890,7 +890,7 @@ def _close(tracker: Any) -> None:
 
     try:
         tracker.close()
-    except PLUGIN_FAILURES as e:  # noqa: BLE001 - the filing is done; report and go on (a sys.exit too)
+    except PLUGIN_FAILURES as e:  # the filing is done; report and go on (a sys.exit too)
         click.echo(f"loop-rules: warning: tracker {getattr(tracker, 'name', '?')!r}: close failed: "
                    f"{failure_text(e)}", err=True)
 

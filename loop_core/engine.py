@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pluggy
 
@@ -278,7 +278,7 @@ class Engine:
         """One matcher; a plugin that raises is reported and skipped, never fatal to the run."""
         try:
             result = matcher.match(ctx)
-        except PLUGIN_FAILURES as e:  # noqa: BLE001 - third-party code must not crash a batch (nor end it)
+        except PLUGIN_FAILURES as e:  # third-party code must not crash a batch (nor end it)
             ctx.view.warnings.append(f"matcher {matcher.name!r} raised {failure_text(e)}; skipped")
             return None
         if result is not None and not isinstance(result, Match):
@@ -334,7 +334,7 @@ class Engine:
             return ()
         try:
             traces = tuple(matcher.explain(ctx))
-        except PLUGIN_FAILURES as e:  # noqa: BLE001 - third-party code, as in _run
+        except PLUGIN_FAILURES as e:  # third-party code, as in _run
             return (Trace("explain", False, f"matcher {matcher.name!r} raised {failure_text(e)}"),)
         problem = _traces_problem(traces, 0)
         if problem is not None:
@@ -349,7 +349,8 @@ class Engine:
                 cls, Tier.TIER1, result.rule_id, ctx.fingerprint, ctx.error_substring,
                 should_file=_fileable(cls), review_queue=False,
                 route_as_kv_calc_bug=bool(result.route_as_kv_calc_bug) and cls is FailureClass.GENUINE_OOM,
-                delta_mib=result.delta_mib, tier1_inputs=result.tier1_inputs,
+                delta_mib=result.delta_mib,
+                tier1_inputs=cast("dict[str, Any] | None", result.tier1_inputs),  # a plain copy: _run made it
                 rules_version=self.pack.version, warnings=tuple(ctx.view.warnings),
             )
         return self._routed(ctx, cls, Tier.TIER2, result.rule_id, review=result.review is not False)

@@ -85,7 +85,7 @@ class Rule:
         before = view.timeouts
         try:
             hit = self.when.evaluate(view)
-        except PLUGIN_FAILURES as e:  # noqa: BLE001 - one rule's failure must not end the bundle's classification
+        except PLUGIN_FAILURES as e:  # one rule's failure must not end the bundle's classification
             view.warnings.append(self._failed(e))
             return False
         if view.timeouts == before:
@@ -100,7 +100,7 @@ class Rule:
         before = view.timeouts
         try:
             trace = self.when.explain(view)
-        except PLUGIN_FAILURES as e:  # noqa: BLE001 - as in matches
+        except PLUGIN_FAILURES as e:  # as in matches
             message = self._failed(e)
             view.warnings.append(message)
             return Trace("when", False, message), False

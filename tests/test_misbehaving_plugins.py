@@ -16,7 +16,15 @@ from typing import Any
 import pluggy
 import pytest
 
-from loop_core import Engine, Match, Matcher, PluginError, Tier, hookimpl, make_plugin_manager
+from loop_core import (
+    Engine,
+    Match,
+    Matcher,
+    PluginError,
+    Tier,
+    hookimpl,
+    make_plugin_manager,
+)
 from loop_core.testing import make_bundle
 
 from .captures import copy_examples
@@ -604,8 +612,8 @@ def test_a_condition_kind_that_calls_sys_exit_fails_its_rule_only(
     register_plugin(QuittingKind("evaluate"), "acme-kind")
     verdict = Engine.build(_pack_using_acme_quit(tmp_path), pm).classify(make_bundle("out of memory"))
     assert verdict.matched_rule == "oom"  # the rules after it are still evaluated
-    assert verdict.warnings == ("rule 'quits' raised SystemExit while evaluated: sys.exit(0) was called; "
-                                "counted as no match",)
+    assert verdict.warnings == (("rule 'quits' raised SystemExit while evaluated: sys.exit(0) was called; "
+                                 "counted as no match"),)
 
 
 def test_a_condition_kind_whose_compile_calls_sys_exit_is_named_at_the_rule(
@@ -645,8 +653,8 @@ class QuittingStore(RecorderStore):
 
 
 @pytest.mark.parametrize("where, code, problem", [
-    ("factory", 2, "Error: --tracker 'quitting': plugin 'acme-quitting': its factory raised SystemExit: "
-                   "sys.exit(0) was called\n"),
+    ("factory", 2, ("Error: --tracker 'quitting': plugin 'acme-quitting': its factory raised SystemExit: "
+                    "sys.exit(0) was called\n")),
     ("file", 2, "Error: tracker 'quitting': file raised SystemExit: sys.exit(0) was called\n"),
     ("close", 0, "loop-rules: warning: tracker 'quitting': close failed: SystemExit: sys.exit(0) was called\n"),
 ])
@@ -719,8 +727,8 @@ def test_a_tracker_name_that_is_not_text_is_a_plugin_error(cli_uses_pm: pluggy.P
                                                            captures: Path) -> None:
     register_plugin(RecorderStore(42), "acme-trackers")  # type: ignore[arg-type]
     result = _cli("run", captures, "--tracker", "sqlite")
-    assert (result.exit_code, result.stderr) == (2, "Error: plugin 'acme-trackers': tracker name must be text, "
-                                                    "got 42\n")
+    assert (result.exit_code, result.stderr) == (2, ("Error: plugin 'acme-trackers': tracker name must be "
+                                                     "text, got 42\n"))
 
 
 @pytest.mark.parametrize("inputs, kept", [
@@ -764,8 +772,8 @@ def test_inputs_that_are_not_json_data_cost_no_row(cli_uses_pm: pluggy.PluginMan
     assert len(rows) == 8
     odd = [row for row in rows if row["warnings"]]
     assert len(odd) == 4 and all(row["matched_rule"] != "acme-odd-inputs" for row in odd)
-    assert odd[0]["warnings"] == ["matcher 'acme-odd-inputs' returned a Match whose tier1_inputs['gpus'] is set, "
-                                  "not JSON data; skipped"]
+    assert odd[0]["warnings"] == [("matcher 'acme-odd-inputs' returned a Match whose tier1_inputs['gpus'] is "
+                                   "set, not JSON data; skipped")]
     explained = _cli("explain", "--format", "json", tmp_path / "bundle-1")
     assert explained.exit_code == 0, explained.output
     assert json.loads(explained.stdout)["verdict"]["warnings"] == odd[0]["warnings"]
@@ -846,3 +854,4 @@ def test_an_explain_that_returns_malformed_traces_is_shown_as_a_trace_line(
     data = json.loads(_cli("explain", "--format", "json", target).stdout)
     [mine] = [m for m in data["matchers"] if m["matcher"] == "acme-traces"]
     assert mine["trace"] == [f"- explain: matcher 'acme-traces' {problem}"]
+
