@@ -94,7 +94,8 @@ class ConditionKind:
 
     ``compile`` validates the YAML argument once at load time (raise
     ``ValueError`` with a message to reject it) and returns what ``evaluate``
-    receives; ``evaluate(view, compiled)`` returns whether the bundle matches.
+    receives; ``evaluate(view, compiled)`` returns whether the bundle matches,
+    True or False: any other answer fails the rule that evaluates it.
     """
 
     name: str
@@ -296,6 +297,11 @@ class Not(Condition):
         return self.item.lookups()
 
 
+class KindAnswerError(Exception):
+    """A condition kind's ``evaluate`` answered something other than a bool: the rule
+    evaluating it does not match, with a warning naming the rule and the kind."""
+
+
 @dataclass(frozen=True, slots=True)
 class Kind(Condition):
     """A plugin-registered condition kind, e.g. ``{gate_abort_reason: [disk-short]}``."""
@@ -305,7 +311,12 @@ class Kind(Condition):
     source_argument: Any
 
     def evaluate(self, view: View) -> bool:
-        return bool(self.kind.evaluate(view, self.argument))
+        answer = self.kind.evaluate(view, self.argument)
+        if answer is True or answer is False:  # identity: as cheap as the bool() it replaces
+            return answer
+        # Taken for its truth, the text "false" (or None, or 0) decided the rule silently.
+        raise KindAnswerError(f"condition kind {self.kind.name!r} returned {_short(answer, 40)}, "
+                              "not True or False")
 
     def explain(self, view: View) -> Trace:
         matched = self.evaluate(view)

@@ -51,7 +51,8 @@ def loop_register_conditions(register: Callable[[ConditionKind], None]) -> None:
     Call ``register(ConditionKind(name, evaluate, compile, description))``.
     ``compile(argument)`` runs once when a pack loads and may raise
     ``ValueError`` to reject a bad argument (reported with the rule's file,
-    index and id); ``evaluate(view, compiled)`` returns a bool. Names must
+    index and id); ``evaluate(view, compiled)`` returns True or False (any other
+    answer fails the rule evaluating it, with a warning). Names must
     not clash with another kind or with ``all``/``any``/``not``/``select``.
     Return value: ignored.
     """

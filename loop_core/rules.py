@@ -23,7 +23,14 @@ from types import MappingProxyType
 from typing import Any
 
 from . import packcache
-from .conditions import DEFAULT_REGEX_TIMEOUT, Condition, ConditionKind, Trace, compile_condition
+from .conditions import (
+    DEFAULT_REGEX_TIMEOUT,
+    Condition,
+    ConditionKind,
+    KindAnswerError,
+    Trace,
+    compile_condition,
+)
 from .errors import PLUGIN_FAILURES, RuleError, failure_detail
 from .fastregex import GuardedRegex, RegexCache
 from .litscan import scanner
@@ -107,6 +114,8 @@ class Rule:
         return trace, trace.matched and view.timeouts == before
 
     def _failed(self, error: BaseException) -> str:
+        if isinstance(error, KindAnswerError):
+            return f"rule {self.id!r}: {error}; counted as no match"
         return (f"rule {self.id!r} raised {type(error).__name__} while evaluated: {failure_detail(error)}; "
                 "counted as no match")
 

@@ -855,3 +855,50 @@ def test_an_explain_that_returns_malformed_traces_is_shown_as_a_trace_line(
     [mine] = [m for m in data["matchers"] if m["matcher"] == "acme-traces"]
     assert mine["trace"] == [f"- explain: matcher 'acme-traces' {problem}"]
 
+
+# -- condition kinds' answers ---------------------------------------------------------
+
+
+class Answering:
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    @hookimpl
+    def loop_register_conditions(self, register: Callable[[Any], None]) -> None:
+        from loop_core import ConditionKind
+
+        register(ConditionKind("acme_answer", lambda view, arg: self.answer))
+
+
+@pytest.mark.parametrize("when", ["{acme_answer: 1}", "{not: {acme_answer: 1}}"])
+@pytest.mark.parametrize("answer, shown", [("false", "'false'"), (None, "None"), (1, "1")])
+def test_a_condition_kind_that_answers_other_than_a_bool_fails_its_rule(
+        pm: pluggy.PluginManager, register_plugin: Callable[..., Any], tmp_path: Path,
+        when: str, answer: Any, shown: str) -> None:
+    """Taken for its truth, "false" made the rule match, silently."""
+    register_plugin(Answering(answer), "acme-answers")
+    pack = tmp_path / "p"
+    pack.mkdir()
+    (pack / "10.yml").write_text(f"- id: r\n  class: quant-unsupported\n  description: d\n  when: {when}\n"
+                                 "  examples: {match: [x]}\n")
+    engine = Engine.build(pack, pm)
+    bundle = make_bundle("boom")
+    verdict = engine.classify(bundle)
+    assert verdict.matched_rule is None  # neither way round does the rule match
+    assert verdict.warnings == ((f"rule 'r': condition kind 'acme_answer' returned {shown}, not True or False; "
+                                 "counted as no match"),)
+    explained, traces = engine.explain(bundle)
+    assert explained == verdict
+    [rules] = [t for t in traces if t.matcher == "tier2-rules"]
+    assert rules.traces[0].children[0].detail == verdict.warnings[0]
+
+
+def test_a_condition_kind_that_answers_a_bool_decides_as_before(
+        pm: pluggy.PluginManager, register_plugin: Callable[..., Any], tmp_path: Path) -> None:
+    pack = tmp_path / "p"
+    pack.mkdir()
+    (pack / "10.yml").write_text("- id: r\n  class: quant-unsupported\n  description: d\n  when: {acme_answer: 1}\n"
+                                 "  examples: {match: [x]}\n")
+    register_plugin(Answering(True), "acme-answers")
+    verdict = Engine.build(pack, pm).classify(make_bundle("boom"))
+    assert (verdict.matched_rule, verdict.warnings) == ("r", ())
