@@ -810,6 +810,8 @@ def _tracker(name: str, captures: Path, repo: str | None) -> Any:
         made = spec.factory(TrackerOptions(Path(captures), repo=repo))
     except SystemExit as e:  # a plugin's sys.exit must not end the command quietly with its status
         raise LoopClickError(f"--tracker {name!r}: plugin {plugin!r}: its factory raised {failure_text(e)}") from e
+    except OSError as e:  # the system refused what the store needs: status 74 still, but say whose store
+        raise OSError(e.errno, f"--tracker {name!r} (plugin {plugin!r}): {e.strerror or e}", e.filename) from e
     if not callable(getattr(made, "file", None)):
         # A run without a tracker is a dry run: a factory's None must not turn into one.
         raise LoopClickError(f"--tracker {name!r}: plugin {plugin!r} made {type(made).__name__}, "

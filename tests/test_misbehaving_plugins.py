@@ -902,3 +902,37 @@ def test_a_condition_kind_that_answers_a_bool_decides_as_before(
     register_plugin(Answering(True), "acme-answers")
     verdict = Engine.build(pack, pm).classify(make_bundle("boom"))
     assert (verdict.matched_rule, verdict.warnings) == ("r", ())
+
+
+# -- a tracker that cannot be opened ----------------------------------------------------
+
+
+class UnopenableStore(RecorderStore):
+    def __init__(self, error: OSError) -> None:
+        super().__init__("vault")
+        self.error = error
+
+    def factory(self, options: Any) -> Any:
+        raise self.error
+
+
+@pytest.mark.parametrize("error, line", [
+    (OSError("cannot open store"), "cannot open store"),
+    (PermissionError(13, "Permission denied", "/srv/vault/db"), "Permission denied: /srv/vault/db"),
+])
+@pytest.mark.parametrize("command", ["run", "spool replay"])
+def test_a_tracker_factory_s_os_error_names_the_tracker_and_plugin(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        error: OSError, line: str, command: str) -> None:
+    """It was "loop-rules: system error: cannot open store": which tracker, which plugin?"""
+    import gc
+
+    from loop_core import cli as cli_module
+
+    register_plugin(UnopenableStore(error), "acme-vault")
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # main() ends processes; this one goes on
+    with pytest.raises(SystemExit) as stopped:
+        cli_module.main([*command.split(), str(captures), "--tracker", "vault"])
+    assert stopped.value.code == 74  # the system's refusal, as for any command
+    assert capsys.readouterr().err == f"loop-rules: system error: --tracker 'vault' (plugin 'acme-vault'): {line}\n"
