@@ -158,6 +158,12 @@ def _json_data(value: Any, depth: int = 0) -> Any:
     raise _NotData(f"is {type(value).__name__}, not JSON data")
 
 
+def _plain_dict(value: Any) -> bool:
+    """Whether ``value`` is already what :func:`_json_data` would make of it, a dict of
+    text keys and scalar values: the built-in Tier-1 matcher's answers, kept as they are."""
+    return type(value) is dict and all(type(k) is str and type(v) in _PLAIN for k, v in value.items())
+
+
 MAX_TRACE_DEPTH = 64  # levels of Trace children an explain may nest
 
 
@@ -288,7 +294,7 @@ class Engine:
         if result is not None and (problem := _match_problem(result)):
             ctx.view.warnings.append(f"matcher {matcher.name!r} returned a Match whose {problem}; skipped")
             return None
-        if result is not None and result.tier1_inputs is not None:
+        if result is not None and result.tier1_inputs is not None and not _plain_dict(result.tier1_inputs):
             # Written to JSON rows and pickled under --jobs: a set or a path in it lost every row.
             try:
                 inputs = _json_data(result.tier1_inputs)
