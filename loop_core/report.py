@@ -1,8 +1,8 @@
 """A self-contained HTML triage report of a captures folder (no network assets).
 
 Counts by class, the top dedup groups, the OOM predicted-vs-actual delta, the
-review queue and the trust funnel, with charts drawn as inline SVG. All text
-from bundles is HTML-escaped, and what a capture wrote is scrubbed as an issue's
+review queue, the pack's shadow rules and the trust funnel, with charts drawn as
+inline SVG. All text from bundles is HTML-escaped, and what a capture wrote is scrubbed as an issue's
 text is (``dedup.sanitize``).
 """
 
@@ -52,12 +52,15 @@ class TriageData:
     review_problems: list[str] = field(default_factory=list)  # queue files that could not be read
     funnel: Counter[str] = field(default_factory=Counter)
     successes: int = 0
+    # The pack's shadow rules (evaluated, never deciding): id -> (class, bundles it matched).
+    shadow: dict[str, list[Any]] = field(default_factory=dict)
 
 
 def collect_triage(captures: Path, engine: Engine, catalog: Catalog | None = None) -> TriageData:
     """Classify everything under ``captures`` (nothing is filed) and gather the report's numbers."""
     data = TriageData(str(captures), engine.pack.name, engine.pack.version)
     anchors: list[Bundle] = []
+    data.shadow = {rule.id: [rule.failure_class.value, 0] for rule in engine.pack.shadow_rules}
     for path in discover_bundles([captures]):
         item: Processed = process_bundle(path, engine)
         data.bundles += 1
@@ -66,6 +69,9 @@ def collect_triage(captures: Path, engine: Engine, catalog: Catalog | None = Non
             continue
         verdict = item.verdict
         assert verdict is not None
+        for rule_id in verdict.shadow_matches:
+            if rule_id in data.shadow:
+                data.shadow[rule_id][1] += 1
         if item.anchor is not None:
             anchors.append(item.anchor)
         if not item.failure:
@@ -169,6 +175,12 @@ def render_html(data: TriageData) -> str:
     review_rows += "".join(f'<tr><td colspan="4">skipped: <code>{_e(p)}</code></td></tr>'
                            for p in data.review_problems)
     unreadable = "".join(f"<li><code>{_e(u)}</code></li>" for u in data.unreadable)
+    shadow_rows = "".join(
+        f'<tr><td class="num">{n}</td><td><code>{_e(rule_id)}</code></td><td><span class="pill" style="background:'
+        f'{CLASS_COLOURS[cls]}">{_e(cls)}</span></td></tr>' for rule_id, (cls, n) in sorted(data.shadow.items()))
+    shadow = (f'<section><h2>Shadow rules</h2><p class="sub">Evaluated on every bundle, never deciding: what '
+              f'each would take if it were active.</p><table><tr><th class="num">bundles</th><th>rule</th>'
+              f'<th>class</th></tr>{shadow_rows}</table></section>' if data.shadow else "")
     failures = sum(data.by_class.values())
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return f"""<!doctype html>
@@ -210,6 +222,7 @@ td, th {{ border-bottom: 1px solid #eceff1; padding: .35rem .5rem; text-align: l
 <section><h2>OOM: measured vs predicted</h2>{_delta_chart(data.deltas)}</section>
 <section><h2>Review queue</h2><table><tr><th class="num">count</th><th>dedup</th><th>model</th>
 <th>final error</th></tr>{review_rows}</table></section>
+{shadow}
 {f'<section><h2>Unreadable bundles</h2><ul>{unreadable}</ul></section>' if unreadable else ''}
 </body></html>
 """

@@ -101,6 +101,22 @@ def test_report_shows_a_lone_surrogate_in_a_review_entry_instead_of_crashing(tmp
     assert "Qwen" in page
 
 
+def test_report_shows_what_each_shadow_rule_would_match(captures: Path, tmp_path: Path) -> None:
+    pack = Path(shutil.copytree(ROOT / "rules.d", tmp_path / "rules.d"))
+    (pack / "05-trial.yml").write_text(
+        "- id: trial-nccl\n  class: kernel-unsupported\n  mode: shadow\n  description: trial\n"
+        "  when: {select: $.signal.all_text, contains: NCCL}\n  examples: {match: [NCCL error], no_match: [x]}\n"
+        "- id: trial-never\n  class: unknown\n  mode: shadow\n  description: trial\n"
+        "  when: {select: $.signal.all_text, contains: frobnicator}\n  examples: {match: [frobnicator]}\n")
+    result = CliRunner().invoke(cli, ["report", str(captures), "--rules", str(pack), "--out", str(tmp_path / "r.html")])
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "r.html").read_text()
+    assert "<h2>Shadow rules</h2>" in page
+    assert re.search(r'<td class="num">1</td><td><code>trial-nccl</code></td>', page)
+    assert re.search(r'<td class="num">0</td><td><code>trial-never</code></td>', page)
+    assert "<h2>Shadow rules</h2>" not in make_report(captures, tmp_path / "plain.html")  # a pack without any
+
+
 def _png_pixels(path: Path) -> tuple[int, int, bytes]:
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
