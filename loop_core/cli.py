@@ -636,6 +636,9 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
     --captures, the failure's review-queue entry is settled too. The next
     identical failure is an O(1) exact hit for every command that loads this
     directory; learned as unknown, it is dismissed, not queued again.
+    Identical means the same first 240 characters of failure text (explain
+    shows them as error_substring): for a log excerpt, the start of the
+    log, which timestamps make unique; teach such a failure with a rule.
 
     --rules is a directory, not a pack name. After a plain `pip install`,
     the `default` pack is the copy inside the package, not ./rules.d: give
