@@ -799,16 +799,22 @@ def report(captures: Path, out: Path, rules: str, catalog: Path | None) -> None:
                f"{len(data.groups)} dedup groups)")
 
 
-def _tracker(name: str, captures: Path, repo: str | None) -> Any:
-    from .errors import failure_text
+def _tracker_spec(name: str) -> tuple[Any, str]:
+    """The registered tracker ``name`` and its plugin; a usage error for any other name."""
     from .plugins import collect, make_plugin_manager
-    from .trackers import TrackerOptions
 
     specs: dict[str, tuple[Any, str]] = collect(make_plugin_manager(), "loop_register_trackers",
                                                 lambda t: t.name, "tracker")
     if name not in specs:
         raise LoopClickError(f"--tracker {name!r}: unknown tracker (trackers: {', '.join(sorted(specs))})")
-    spec, plugin = specs[name]
+    return specs[name]
+
+
+def _tracker(name: str, captures: Path, repo: str | None) -> Any:
+    from .errors import failure_text
+    from .trackers import TrackerOptions
+
+    spec, plugin = _tracker_spec(name)
     try:
         made = spec.factory(TrackerOptions(Path(captures), repo=repo))
     except SystemExit as e:  # a plugin's sys.exit must not end the command quietly with its status
@@ -862,6 +868,8 @@ def run(captures: Path, tracker_name: str, repo: str | None, rules: str, catalog
 
     engine = _engine(rules)
     cat = load_catalog(catalog)
+    if dry_run:
+        _tracker_spec(tracker_name)  # a dry run in CI must refuse the name the real run would
     tracker = None if dry_run else _tracker(tracker_name, captures, repo)
     bar = None
     progress = None
@@ -909,12 +917,15 @@ def _tell_problems(tracker: Any, captures: Path | None) -> None:
     for problem in problems:
         click.echo(f"loop-rules: {getattr(tracker, 'name', 'tracker')}: {_shown(problem)}", err=True)
     if captures is not None:
+        import shlex
+
         from .trackers import DEDUP_QUEUE
 
         repo = getattr(tracker, "repo", None)
-        target = f" --repo {repo}" if isinstance(repo, str) and repo else ""
+        target = f" --repo {shlex.quote(repo)}" if isinstance(repo, str) and repo else ""
         click.echo(f"loop-rules: what could not be filed waits in {captures / DEDUP_QUEUE}; "
-                   f"`loop-rules spool replay {captures} --tracker {tracker.name}{target}` files it", err=True)
+                   f"`loop-rules spool replay {shlex.quote(str(captures))} --tracker {shlex.quote(tracker.name)}"
+                   f"{target}` files it", err=True)
 
 
 def _run_table(captures: Path, data: dict[str, Any], tracker_name: str) -> None:
@@ -946,7 +957,9 @@ def _run_table(captures: Path, data: dict[str, Any], tracker_name: str) -> None:
         for err in data["errors"]:
             click.echo(f"  {_shown(err['message'])}")
     if not data["dry_run"] and tracker_name == "sqlite":
-        click.echo(f"browse: loop-rules tracker list {captures}")
+        import shlex
+
+        click.echo(f"browse: loop-rules tracker list {shlex.quote(str(captures))}")
 
 
 @cli.group()
@@ -1022,8 +1035,10 @@ def _open_tracker(captures: Path) -> Any:
 
     path = Path(captures) / STATE_DIR / "tracker.sqlite"
     if not path.exists():
-        raise LoopClickError(f"{path}: no tracker yet; run `loop-rules run {captures}` first")
-    return SqliteTracker(path)
+        import shlex
+
+        raise LoopClickError(f"{path}: no tracker yet; run `loop-rules run {shlex.quote(str(captures))}` first")
+    return SqliteTracker(path, readonly=True)
 
 
 @cli.group()

@@ -290,6 +290,8 @@ def clean_stale_temp_files(directory: Path) -> int:
         if directory.exists():  # found at the start of a run, not at its first write
             raise TrackerError(f"{directory}: not a folder; move it aside")
         return 0
+    if not os.access(directory, os.W_OK):  # a read-only copy (a snapshot, a mount): nothing to remove
+        return 0
     with locked(directory):
         for path in directory.glob(".*.tmp"):
             with contextlib.suppress(OSError):
@@ -825,6 +827,9 @@ CREATE INDEX IF NOT EXISTS occurrences_by_issue ON occurrences (issue_id);
 """
 
 
+_HASH = re.compile(r"[0-9a-f]{12}")
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -839,8 +844,17 @@ class SqliteTracker:
 
     name = "sqlite"
 
-    def __init__(self, path: Path, *, busy_timeout: float = 60.0) -> None:
+    def __init__(self, path: Path, *, busy_timeout: float = 60.0, readonly: bool = False) -> None:
+        """Open (and make, unless ``readonly``) the tracker at ``path``.
+
+        ``readonly`` opens an existing tracker for browsing only: nothing is written,
+        so it also works in a folder this process may not write (a snapshot, a
+        read-only mount, a colleague's captures).
+        """
         self.path = Path(path)
+        if readonly:
+            self._open_readonly(busy_timeout)
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -857,6 +871,22 @@ class SqliteTracker:
             except BaseException:
                 self.db.close()
                 raise
+
+    def _open_readonly(self, busy_timeout: float) -> None:
+        uri = self.path.resolve().as_uri()
+        with self._errors_named():
+            self.db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=busy_timeout, isolation_level=None)
+            try:
+                self.db.execute("SELECT 1 FROM issues LIMIT 1")
+            except sqlite3.OperationalError:
+                self.db.close()
+                if os.access(self.path.parent, os.W_OK):
+                    raise
+                # A WAL database needs its -shm file, which a folder no one may write cannot
+                # get: read the file as it is, which nothing can be changing there.
+                self.db = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, isolation_level=None)
+                self.db.execute("SELECT 1 FROM issues LIMIT 1")
+        self._held_any = True
 
     @contextlib.contextmanager
     def _errors_named(self) -> Iterator[None]:
@@ -981,11 +1011,12 @@ class SqliteTracker:
             return self._issue(ref)
 
     def _issue(self, ref: str) -> dict[str, Any] | None:
-        if ref.isascii() and ref.isdigit():  # str.isdigit() also holds for '²' and other scripts' digits
+        found = []
+        if _HASH.fullmatch(ref):  # a dedup hash first: some are all digits (074088267420)
+            found = self._summaries("WHERE i.dedup_hash = ? ORDER BY i.id LIMIT 1", (ref,))
+        if not found and ref.isascii() and ref.isdigit():  # isdigit() alone holds for '²' too
             number = int(ref)
             found = self._summaries("WHERE i.id = ?", (number,)) if number < 2**63 else []
-        else:
-            found = self._summaries("WHERE i.dedup_hash = ? ORDER BY i.id LIMIT 1", (ref,))
         if not found:
             return None
         base = found[0]

@@ -682,6 +682,55 @@ def test_tracker_show_of_an_odd_number_is_no_issue(captures: Path, ref: str) -> 
     assert f"no issue {ref!r}" in result.stderr
 
 
+def test_tracker_show_finds_a_dedup_hash_made_of_digits(captures: Path) -> None:
+    """One hash in 300 is all digits: it was read as an issue number, and with leading
+    zeros as another issue's number."""
+    run_json(captures)
+    db = sqlite3.connect(captures / "_loop" / "tracker.sqlite")
+    with db:
+        db.execute("UPDATE issues SET dedup_hash = '000000000001' WHERE id = 3")
+    db.close()
+    by_hash = json.loads(invoke("tracker", "show", captures, "000000000001", "--format", "json").stdout)
+    assert by_hash["id"] == 3
+    assert json.loads(invoke("tracker", "show", captures, "1", "--format", "json").stdout)["id"] == 1
+
+
+def _read_only_mount_works() -> bool:
+    import shutil as sh
+
+    if sh.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount --bind / /mnt && mount -o remount,bind,ro /mnt"],
+                           capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _read_only_mount_works(), reason="needs mount namespaces (unshare -m) to mount read-only")
+def test_browsing_a_read_only_captures_folder_works(captures: Path) -> None:
+    """tracker list/show and review list only read, yet needed to write: on a snapshot or
+    a read-only mount they failed with 'unable to open database file'."""
+    run_json(captures)
+    script = ("mount --bind \"$1\" \"$1\" && mount -o remount,bind,ro \"$1\" && touch \"$1/x\" 2>/dev/null && exit 9; "
+              f"{sys.executable} -m loop_core tracker list \"$1\" && {sys.executable} -m loop_core tracker show \"$1\" 1 "
+              f"&& {sys.executable} -m loop_core review list \"$1\"")
+    result = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", str(captures)], capture_output=True,
+                            text=True, check=False, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "12 issue(s), 13 occurrence(s)" in result.stdout and "#1 [loop]" in result.stdout
+    assert "5 item(s) waiting for review" in result.stdout
+
+
+def test_a_dry_run_refuses_a_tracker_the_real_run_would(captures: Path) -> None:
+    result = invoke("run", captures, "--dry-run", "--tracker", "jira", code=2)
+    assert "--tracker 'jira': unknown tracker (trackers: github, spool, sqlite)" in result.stderr
+
+
+def test_the_browse_hint_can_be_pasted_into_a_shell(tmp_path: Path) -> None:
+    odd = copy_examples(tmp_path / "sp ü dir" / "caps")
+    last = invoke("run", odd).stdout.splitlines()[-1]
+    assert last == f"browse: loop-rules tracker list '{odd}'"
+
+
 def test_capture_text_cannot_drive_the_terminal(captures: Path) -> None:
     escape = "\x1b]0;OWNED\x07\x1b[2J"
     for path in captures.rglob("manifest.json"):
@@ -750,7 +799,11 @@ def test_a_damaged_review_entry_is_skipped_and_the_run_goes_on(captures: Path, t
     summary = json.loads(invoke("run", str(captures), "--format", "json").output)
     assert damaged.read_text(encoding="utf-8") == '{"dedup_hash": '  # left for a person
     assert (summary["filed_new"], summary["plus_one"]) == (expected["filed_new"], expected["plus_one"])
-    assert summary["review_queued"] == expected["review_queued"] - 1
+    assert summary["review_queued"] == expected["review_queued"] - 1 and summary["review_skipped"] == 1
+    # The counts still add up (by_class = the fates of the failures).
+    assert sum(summary["by_class"].values()) == sum(summary[k] for k in (
+        "filed_new", "plus_one", "already_counted", "review_queued", "review_skipped", "suppressed", "dismissed",
+        "spooled"))
     (warning,) = [w for w in summary["warnings"] if w.startswith("review queue: ")]
     assert "53882704cbe1.json: unreadable file" in warning and warning.endswith("; not queued")
     assert summary["warnings"][warning] == 1  # the bundles not queued, as every warning counts
