@@ -19,7 +19,7 @@ from .conditions import ConditionKind, Trace
 from .errors import PLUGIN_FAILURES, PluginError, RuleError, failure_text
 from .keys import error_substring, tier2_fingerprint
 from .packs import PackInfo
-from .plugins import collect, make_plugin_manager
+from .plugins import BUILTIN_PLUGINS, collect, make_plugin_manager
 from .rules import RulePack, load_rules
 from .verdict import Classification, FailureClass, Match, Tier, coerce_class
 from .view import View
@@ -85,7 +85,8 @@ def _match_problem(match: Match) -> str | None:
     if match.delta_mib is not None and (not isinstance(match.delta_mib, (int, float))
                                         or isinstance(match.delta_mib, bool)):
         return f"delta_mib is {type(match.delta_mib).__name__}, not a number"
-    if match.tier1_inputs is not None and not isinstance(match.tier1_inputs, Mapping):
+    inputs = match.tier1_inputs
+    if inputs is not None and type(inputs) is not dict and not isinstance(inputs, Mapping):  # dict: no ABC check
         return f"tier1_inputs is {type(match.tier1_inputs).__name__}, not a mapping"
     if match.review is not None and not isinstance(match.review, bool):
         return f"review is {type(match.review).__name__}, not None or a bool"
@@ -227,11 +228,14 @@ class Engine:
     """A compiled pack plus the sorted matcher chain."""
 
     def __init__(self, pack: RulePack, matchers: list[Matcher], kinds: Mapping[str, ConditionKind],
-                 pm: pluggy.PluginManager) -> None:
+                 pm: pluggy.PluginManager, *, trusted: frozenset[str] = frozenset()) -> None:
+        """``trusted`` names the matchers whose ``tier1_inputs`` are not checked to be JSON
+        data: the built-in ones, which copy them from a bundle the reader parsed."""
         self.pack = pack
         self.matchers = tuple(sorted(matchers, key=Matcher.sort_key))
         self.kinds = dict(kinds)
         self.pm = pm
+        self._trusted = trusted
 
     @classmethod
     def build(cls, rules: str | Path = "default", pm: pluggy.PluginManager | None = None,
@@ -258,7 +262,8 @@ class Engine:
             if matcher.explain is not None and not callable(matcher.explain):
                 raise PluginError(f"plugin {plugin!r}: matcher {mname!r}: explain must be callable or None")
             matchers.append(matcher)
-        return cls(pack, matchers, kinds, pm)
+        trusted = frozenset(mname for mname, (_m, plugin) in found.items() if plugin in BUILTIN_PLUGINS)
+        return cls(pack, matchers, kinds, pm, trusted=trusted)
 
     def context(self, bundle: Bundle) -> MatchContext:
         view = View.of(bundle)
@@ -279,8 +284,7 @@ class Engine:
             verdict = self._routed(ctx, FailureClass.UNKNOWN, Tier.NONE, None)
         return self._with_shadow(ctx, verdict)
 
-    @staticmethod
-    def _run(matcher: Matcher, ctx: MatchContext) -> Match | None:
+    def _run(self, matcher: Matcher, ctx: MatchContext) -> Match | None:
         """One matcher; a plugin that raises is reported and skipped, never fatal to the run."""
         try:
             result = matcher.match(ctx)
@@ -294,7 +298,8 @@ class Engine:
         if result is not None and (problem := _match_problem(result)):
             ctx.view.warnings.append(f"matcher {matcher.name!r} returned a Match whose {problem}; skipped")
             return None
-        if result is not None and result.tier1_inputs is not None and not _plain_dict(result.tier1_inputs):
+        if (result is not None and result.tier1_inputs is not None and matcher.name not in self._trusted
+                and not _plain_dict(result.tier1_inputs)):
             # Written to JSON rows and pickled under --jobs: a set or a path in it lost every row.
             try:
                 inputs = _json_data(result.tier1_inputs)
