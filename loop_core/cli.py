@@ -104,10 +104,34 @@ def _guard(f: F) -> F:
             raise LoopClickError(str(e)) from e
         except KeyboardInterrupt as e:
             _stopped(e)
-        except BrokenPipeError as e:  # click would exit 1, which here means a finding
-            raise _OutputClosed from e
+        except BrokenPipeError as e:
+            if _output_gone():  # click would exit 1, which here means a finding
+                raise _OutputClosed from e
+            raise _Refused(e) from e  # another pipe (a plugin's connection): the system's refusal
 
     return wrapper  # type: ignore[return-value]
+
+
+def _output_gone() -> bool:
+    """Whether what reads stdout or stderr went away: the pipe reports an error to poll."""
+    import select
+
+    poll = select.poll()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            poll.register(stream.fileno(), select.POLLOUT)
+        except (AttributeError, OSError, ValueError):  # no file descriptor behind it (a test's capture)
+            continue
+    return any(events & (select.POLLERR | select.POLLHUP) for _fd, events in poll.poll(0))
+
+
+class _Refused(Exception):
+    """An OSError that click would take for a closed stdout (EPIPE), carried past it to
+    :func:`main` to be reported as the system error it is."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class _OutputClosed(Exception):
@@ -665,11 +689,11 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
         if bundle is not None or captures is None:
             raise LoopClickError("--review HASH needs --captures DIR and no BUNDLE")
         queue = ReviewQueue(captures)
-        fingerprint, substring = waiting_fingerprint(queue, review_hash, Engine.build(str(rules_dir), pm))
+        fingerprint, substring = waiting_fingerprint(queue, review_hash, Engine.build(str(rules_dir), pm, allow_empty=True))
         what, origin = f"review-queue entry {review_hash}", f"review {review_hash}"
     elif bundle is not None:
         read = _read_one_bundle(bundle)
-        ctx = Engine.build(str(rules_dir), pm).context(read)
+        ctx = Engine.build(str(rules_dir), pm, allow_empty=True).context(read)
         fingerprint, substring = ctx.fingerprint, ctx.error_substring
         what, origin = _shown(bundle), f"bundle {bundle.name}"
         if captures is not None:
@@ -694,7 +718,7 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
     if queue is not None and review_hash:
         from .maintain import settle_review_entry
 
-        taken, left = settle_review_entry(queue, review_hash, Engine.build(str(rules_dir), pm), fingerprint)
+        taken, left = settle_review_entry(queue, review_hash, Engine.build(str(rules_dir), pm, allow_empty=True), fingerprint)
         if taken and not left:
             settled = "; removed from the review queue"
         elif taken:
@@ -715,7 +739,7 @@ def _registered_elsewhere(rules_dir: Path, pm: Any) -> str | None:
     not load: the commands they run next would not see the edit."""
     from .engine import Engine, rule_packs
 
-    name = Engine.build(str(rules_dir), pm).pack.name
+    name = Engine.build(str(rules_dir), pm, allow_empty=True).pack.name
     info = rule_packs(pm).get(name)
     if info is None or info.path.resolve() == rules_dir.resolve():
         return None
@@ -1236,14 +1260,15 @@ def main(argv: list[str] | None = None) -> None:
     except _OutputClosed:  # as a process that SIGPIPE ended: quietly, with the shell's status
         _quiet_stdout()
         sys.exit(OUTPUT_CLOSED)
-    except OSError as e:  # the system's refusal (a full disk, a closed output), not a bug
+    except (OSError, _Refused) as e:  # the system's refusal (a full disk, a closed output), not a bug
         if os.environ.get("LOOP_RULES_DEBUG"):
             raise
         from .bundle import path_text
 
+        error = e.error if isinstance(e, _Refused) else e
         _quiet_stdout()
-        where = f": {_shown(path_text(e.filename))}" if e.filename else ""
-        click.echo(f"loop-rules: system error: {e.strerror or e}{where}", err=True)
+        where = f": {_shown(path_text(error.filename))}" if error.filename else ""
+        click.echo(f"loop-rules: system error: {error.strerror or error}{where}", err=True)
         sys.exit(SYSTEM_ERROR)
     except Exception as e:  # noqa: BLE001 - the last line of defence
         stop = _interrupt_behind(e)

@@ -239,8 +239,9 @@ class Engine:
 
     @classmethod
     def build(cls, rules: str | Path = "default", pm: pluggy.PluginManager | None = None,
-              *, collect_errors: bool = False) -> Engine:
-        """Load the pack ``rules`` (a name or a directory) with the plugins of ``pm``.
+              *, collect_errors: bool = False, allow_empty: bool = False) -> Engine:
+        """Load the pack ``rules`` (a name or a directory) with the plugins of ``pm``;
+        ``allow_empty`` accepts a directory without rule files (see :func:`load_rules`).
 
         :raises RuleError: the pack is invalid.
         :raises PluginError: a plugin broke a registration contract.
@@ -248,7 +249,8 @@ class Engine:
         pm = pm or make_plugin_manager()
         kinds = condition_kinds(pm)
         root, name, shown = resolve_pack(rules, rule_packs(pm))
-        pack = load_rules(root, kinds, name=name, collect_errors=collect_errors, display_root=shown)
+        pack = load_rules(root, kinds, name=name, collect_errors=collect_errors, display_root=shown,
+                          allow_empty=allow_empty)
         found: dict[str, tuple[Matcher, str]] = collect(pm, "loop_register_matchers", lambda m: m.name, "matcher")
         matchers = []
         for mname, (matcher, plugin) in found.items():
@@ -323,6 +325,7 @@ class Engine:
         traces = []
         verdict: Classification | None = None
         warnings = ctx.view.warnings
+        decided_at = 0
         for matcher in self.matchers:
             result = self._run(matcher, ctx)
             said = len(warnings)
@@ -334,8 +337,13 @@ class Engine:
             traces.append(MatcherTrace(matcher.name, matcher.tier, result is not None, detail))
             if decided and result is not None:
                 verdict = self._verdict(ctx, matcher, result)
+                decided_at = len(warnings)
         if verdict is None:
             verdict = self._routed(ctx, FailureClass.UNKNOWN, Tier.NONE, None)
+        else:
+            # The matchers after the deciding one run only to be shown: classify never runs
+            # them, so what they said is not the verdict's (their traces show it).
+            del warnings[decided_at:]
         return self._with_shadow(ctx, verdict), traces
 
     @staticmethod

@@ -67,7 +67,7 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
     # back: one entry was lost, and a learn undoing its edit could remove the other's
     # file. One at a time, from the first read to the last write.
     with _pack_locked(pack_dir):
-        existing = load_rules(pack_dir, kinds).exact.get(fingerprint)
+        existing = load_rules(pack_dir, kinds, allow_empty=True).exact.get(fingerprint)
         if existing == failure_class:
             return False
         if existing is not None:
@@ -80,7 +80,7 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
         entry = f"'{fingerprint}': {failure_class}  # learned {stamp}{origin}\n"
         _replace_text(path, _with_entry(before, entry))
         try:
-            learned = load_rules(pack_dir, kinds).exact.get(fingerprint)
+            learned = load_rules(pack_dir, kinds, allow_empty=True).exact.get(fingerprint)
             if learned != failure_class:
                 raise LoopError(f"{path}: could not add the entry as text; write its exact: table as a block "
                                 "mapping (one '<fingerprint>': <class> line each)")

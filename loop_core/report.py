@@ -178,8 +178,8 @@ def render_html(data: TriageData) -> str:
     shadow_rows = "".join(
         f'<tr><td class="num">{n}</td><td><code>{_e(rule_id)}</code></td><td><span class="pill" style="background:'
         f'{CLASS_COLOURS[cls]}">{_e(cls)}</span></td></tr>' for rule_id, (cls, n) in sorted(data.shadow.items()))
-    shadow = (f'<section><h2>Shadow rules</h2><p class="sub">Evaluated on every bundle, never deciding: what '
-              f'each would take if it were active.</p><table><tr><th class="num">bundles</th><th>rule</th>'
+    shadow = (f'<section><h2>Shadow rules</h2><p class="sub">Evaluated on every bundle, never deciding: how many '
+              f'each matches (successes and bundles an earlier matcher decides included).</p><table><tr><th class="num">bundles</th><th>rule</th>'
               f'<th>class</th></tr>{shadow_rows}</table></section>' if data.shadow else "")
     failures = sum(data.by_class.values())
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -303,11 +303,14 @@ def load_rules(
     name: str | None = None,
     collect_errors: bool = False,
     display_root: str | None = None,
+    allow_empty: bool = False,
 ) -> RulePack:
     """Load and compile the pack in directory ``root``.
 
     :param kinds: the condition kinds plugins registered (name -> kind).
     :param collect_errors: report every problem at once instead of the first.
+    :param allow_empty: a directory without rule files is an empty pack (``learn``
+        starting a new one), not the mistyped ``--rules`` it usually is.
     :raises RuleError: the pack is invalid; ``problems`` lists every problem.
     """
     root = Path(root)
@@ -318,7 +321,7 @@ def load_rules(
     # files (an editor's lock link .#10-x.yml, a Mac's ._10-x.yml) are not the pack's.
     files = sorted(p for p in root.iterdir() if p.suffix in (".yml", ".yaml") and not p.name.startswith(".")
                    and (p.is_file() or p.is_symlink()))
-    if not files:  # a mistyped --rules (a docs folder, say) would otherwise be a pack that decides nothing
+    if not files and not allow_empty:  # a mistyped --rules (a docs folder, say): a pack deciding nothing
         raise RuleError(f"{root}: no rule files (*.yml or *.yaml) in this directory; is it a rule pack?")
     sources: dict[str, str] = {}
     digest = hashlib.sha256()
@@ -474,7 +477,9 @@ def _load_settings(doc: Any, label: str, base: PackSettings, problems: _Problems
         extra = sorted(set(tier1) - {"signature", "unless", "surface"})
         if extra:
             problems.add(f"{label}: tier1_oom: unknown keys {extra}")
-        signature = _regex_list(tier1.get("signature"), f"{label}: tier1_oom.signature", problems, regexes)
+        # An empty signature would read as "keep the default": refused, where an empty veto list is none.
+        signature = _regex_list(tier1.get("signature"), f"{label}: tier1_oom.signature", problems, regexes,
+                                empty_ok=False)
         unless = _regex_list(tier1.get("unless"), f"{label}: tier1_oom.unless", problems, regexes)
         surface = tier1.get("surface", "reference")
         if surface not in ("reference", "all_text"):
@@ -504,12 +509,16 @@ def any_of(patterns: Sequence[str]) -> str:
 _NUMBERED_REFERENCE = re.compile(r"(?<!\\)(?:\\\\)*\\(?:[1-9]|g<\d+>)")
 
 
-def _regex_list(value: Any, where: str, problems: _Problems, regexes: RegexCache) -> tuple[str, ...]:
+def _regex_list(value: Any, where: str, problems: _Problems, regexes: RegexCache, *,
+                empty_ok: bool = True) -> tuple[str, ...]:
     import regex
 
     if value is None:
         return ()
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        problems.add(f"{where}: must be a list of regular expressions")
+        return ()
+    if not value and not empty_ok:
         problems.add(f"{where}: must be a non-empty list of regular expressions (leave the key out for none)")
         return ()
     ok = True

@@ -882,8 +882,15 @@ class SqliteTracker:
                 self.db.close()
                 if os.access(self.path.parent, os.W_OK):
                     raise
-                # A WAL database needs its -shm file, which a folder no one may write cannot
-                # get: read the file as it is, which nothing can be changing there.
+                # A WAL database needs its -shm file, which this process cannot make in a
+                # folder it may not write. With no -wal file left (every run that wrote it
+                # ended cleanly), the database file alone is the whole tracker: read it as it
+                # is. Changes a killed run left in the -wal could not be read that way.
+                wal = self.path.with_name(self.path.name + "-wal")
+                if wal.exists() and wal.stat().st_size:
+                    raise TrackerError(f"{self.path}: a run's last changes wait in {wal.name}, which cannot be "
+                                       "read in a folder this process may not write; browse a writable copy of "
+                                       "the captures folder") from None
                 self.db = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, isolation_level=None)
                 self.db.execute("SELECT 1 FROM issues LIMIT 1")
         self._held_any = True
@@ -1011,10 +1018,11 @@ class SqliteTracker:
             return self._issue(ref)
 
     def _issue(self, ref: str) -> dict[str, Any] | None:
-        found = []
-        if _HASH.fullmatch(ref):  # a dedup hash first: some are all digits (074088267420)
+        if _HASH.fullmatch(ref) or not (ref.isascii() and ref.isdigit()):  # isdigit() alone holds for '²' too
+            # Twelve hex digits are a dedup hash, even all digits (074088267420): never
+            # another issue's number.
             found = self._summaries("WHERE i.dedup_hash = ? ORDER BY i.id LIMIT 1", (ref,))
-        if not found and ref.isascii() and ref.isdigit():  # isdigit() alone holds for '²' too
+        else:
             number = int(ref)
             found = self._summaries("WHERE i.id = ?", (number,)) if number < 2**63 else []
         if not found:

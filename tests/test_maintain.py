@@ -348,6 +348,17 @@ def test_a_second_pack_that_is_not_found_is_named_by_its_own_option(tmp_path: Pa
     assert f"Error: {option} 'nope': neither a registered pack (default, reference) nor a directory" in result.output
 
 
+def test_learn_starts_a_new_pack_in_an_empty_folder(tmp_path: Path) -> None:
+    # A folder without rule files is refused as a --rules for classify; learn starts one there.
+    bundle = write_bundle(tmp_path / "b" / "1", make_bundle(NOVEL))
+    result = invoke("learn", str(bundle), "--as", "unknown", "--rules", str(tmp_path / "new"))
+    assert result.exit_code == 2  # no such folder: a usage error
+    (tmp_path / "new").mkdir()
+    result = invoke("learn", str(bundle), "--as", "unknown", "--rules", str(tmp_path / "new"))
+    assert result.exit_code == 0, result.output
+    assert invoke("classify", "--rules", str(tmp_path / "new"), "--format", "jsonl", str(bundle)).exit_code == 0
+
+
 def test_lint_finds_unreachable_rules_and_idle_files(tmp_path: Path) -> None:
     pack = tmp_path / "p"
     pack.mkdir()

@@ -935,3 +935,47 @@ def test_a_tracker_factory_s_os_error_names_the_tracker_and_plugin(
         cli_module.main([*command.split(), str(captures), "--tracker", "vault"])
     assert stopped.value.code == 74  # the system's refusal, as for any command
     assert capsys.readouterr().err == f"loop-rules: system error: --tracker 'vault' (plugin 'acme-vault'): {line}\n"
+
+
+def test_explain_gives_the_verdict_classify_gives_when_the_pack_has_shadow_rules(
+        pm: pluggy.PluginManager, register_plugin: Callable[..., Any], tmp_path: Path) -> None:
+    """explain runs the matchers after the deciding one only to show them; what they said
+    reached its verdict when the pack had a shadow rule, so the two verdicts differed."""
+    register_plugin(RaisingKind(), "acme-raising")
+    pack = tmp_path / "p"
+    pack.mkdir()
+    (pack / "10.yml").write_text(
+        "- id: r\n  class: unknown\n  description: d\n  when: {acme_kind: 1}\n  examples: {match: [x]}\n"
+        "- id: trial\n  class: unknown\n  mode: shadow\n  description: d\n"
+        "  when: {select: $.signal.all_text, contains: memory}\n  examples: {match: [memory]}\n")
+    engine = Engine.build(pack, pm)
+    bundle = make_bundle("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    classified = engine.classify(bundle)
+    explained, traces = engine.explain(bundle)
+    assert classified.tier is Tier.TIER1 and classified.warnings == ()
+    assert explained == classified
+    assert any("raised KeyError" in str(trace) for trace in traces)  # shown in the traces, not the verdict
+
+
+class BrokenPipeTracker(Recorder):
+    def file(self, draft: Any, occurrence: Any) -> Any:
+        raise BrokenPipeError(32, "Broken pipe")  # its connection to its server went away
+
+
+class BrokenPipeStore(RecorderStore):
+    def factory(self, options: Any) -> Any:
+        return BrokenPipeTracker(self, options)
+
+
+def test_a_tracker_whose_connection_breaks_is_a_system_error_not_a_closed_output(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A BrokenPipeError from anywhere ended the run quietly with 141, the status of a
+    reader that went away, though stdout was fine."""
+    from loop_core import cli as cli_module
+
+    register_plugin(BrokenPipeStore("piped"), "acme-piped")
+    with pytest.raises(SystemExit) as info:
+        cli_module.main(["run", str(captures), "--tracker", "piped"])
+    assert info.value.code == 74
+    assert capsys.readouterr().err.splitlines()[-1] == "loop-rules: system error: Broken pipe"

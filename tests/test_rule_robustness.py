@@ -338,6 +338,12 @@ def test_conflicting_flags_in_the_tier1_signature_are_a_problem_not_a_crash(
     assert result.exit_code == 2 and "internal error" not in result.output
 
 
+def test_an_empty_tier1_veto_list_is_no_veto(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "pack.yml", "tier1_oom:\n  unless: []\n")
+    write(pack, "10.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
+    assert Engine.build(pack, pm).pack.settings.tier1_oom_unless == ()
+
+
 @pytest.mark.parametrize("text", ["tier1_oom: []\n", "tier1_oom: false\n", "tier1_oom: 0\n"])
 def test_tier1_settings_that_are_not_a_mapping_are_refused(tmp_path: Path, pm: pluggy.PluginManager,
                                                             text: str) -> None:
