@@ -823,22 +823,23 @@ def report(captures: Path, out: Path, rules: str, catalog: Path | None) -> None:
                f"{len(data.groups)} dedup groups)")
 
 
-def _tracker_spec(name: str) -> tuple[Any, str]:
-    """The registered tracker ``name`` and its plugin; a usage error for any other name."""
+def _tracker_spec(name: str, pm: Any = None) -> tuple[Any, str]:
+    """The registered tracker ``name`` and its plugin (of ``pm``, the command's plugins
+    when it has them); a usage error for any other name."""
     from .plugins import collect, make_plugin_manager
 
-    specs: dict[str, tuple[Any, str]] = collect(make_plugin_manager(), "loop_register_trackers",
+    specs: dict[str, tuple[Any, str]] = collect(pm or make_plugin_manager(), "loop_register_trackers",
                                                 lambda t: t.name, "tracker")
     if name not in specs:
         raise LoopClickError(f"--tracker {name!r}: unknown tracker (trackers: {', '.join(sorted(specs))})")
     return specs[name]
 
 
-def _tracker(name: str, captures: Path, repo: str | None) -> Any:
+def _tracker(name: str, captures: Path, repo: str | None, pm: Any = None) -> Any:
     from .errors import failure_text
     from .trackers import TrackerOptions
 
-    spec, plugin = _tracker_spec(name)
+    spec, plugin = _tracker_spec(name, pm)
     try:
         made = spec.factory(TrackerOptions(Path(captures), repo=repo))
     except SystemExit as e:  # a plugin's sys.exit must not end the command quietly with its status
@@ -893,8 +894,8 @@ def run(captures: Path, tracker_name: str, repo: str | None, rules: str, catalog
     engine = _engine(rules)
     cat = load_catalog(catalog)
     if dry_run:
-        _tracker_spec(tracker_name)  # a dry run in CI must refuse the name the real run would
-    tracker = None if dry_run else _tracker(tracker_name, captures, repo)
+        _tracker_spec(tracker_name, engine.pm)  # a dry run in CI must refuse the name the real run would
+    tracker = None if dry_run else _tracker(tracker_name, captures, repo, engine.pm)
     bar = None
     progress = None
     if sys.stderr.isatty() and fmt == "table":
