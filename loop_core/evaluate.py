@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from .bundle import Bundle
+from .conditions import _short  # a value shown in a message, cut to 80 characters
 from .engine import Engine
 from .errors import LoopError, RuleError
 from .rules import load_yaml_text
@@ -120,11 +121,6 @@ def _case(doc: dict[str, Any], path: Path) -> Case:
     if actual is not None and not isinstance(actual, dict):
         raise LoopError(f"{path}: actual must be a mapping of the numbers the producer parsed, got {_short(actual)}")
     return Case(doc["id"], doc["label"], doc["excerpt"], doc["hard"], doc["split"], actual=actual, **texts)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def case_bundle(case: Case) -> Bundle:
