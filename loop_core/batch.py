@@ -15,6 +15,7 @@ from .errors import BundleError
 from .jsontext import dumps_indented, strict_dumps
 from .keys import consensus_key, dedup_key, dedup_labels
 from .verdict import Classification
+from .view import is_failure
 
 __all__ = ["Outcome", "classify_paths", "classify_rows", "discover_bundle_paths", "discover_bundles",
            "verdict_row"]
@@ -213,6 +214,7 @@ def verdict_row(outcome: Outcome) -> dict[str, Any]:
         "rules_version": v.rules_version,
         "warnings": list(v.warnings),
         "shadow_matches": list(v.shadow_matches),
+        "failure": is_failure(bundle),
     })
     return row
 

@@ -314,7 +314,7 @@ def _emit_texts(texts: Iterable[tuple[bool, str]], fmt: str) -> int:
 
 def _classify_table(rows: Iterable[dict[str, Any]]) -> int:
     counts: dict[str, int] = {}
-    bad = 0
+    bad = successes = 0
     header = f"{'BUNDLE':40}  {'CLASS':19} {'TIER':12} {'RULE':40} DEDUP"
     click.echo(header)
     for row in rows:
@@ -323,15 +323,22 @@ def _classify_table(rows: Iterable[dict[str, Any]]) -> int:
             bad += 1
             click.echo(f"{name:40}  {'(unreadable)':19} {'':12} {_shown(row['reader_error']['message'])}")
             continue
-        counts[row["failure_class"]] = counts.get(row["failure_class"], 0) + 1
-        click.echo(f"{name:40}  {row['failure_class']:19} {row['tier']:12} "
+        # A success is classified too (unknown, as the reference has it: nothing failed);
+        # the table says what it is, the JSON rows keep the class beside "failure": false.
+        shown = row["failure_class"]
+        if row.get("failure") is False:
+            successes += 1
+            shown = "success"
+        else:
+            counts[shown] = counts.get(shown, 0) + 1
+        click.echo(f"{name:40}  {shown:19} {row['tier']:12} "
                    f"{str(row['matched_rule']):40} {row['dedup_hash']}")
         for warning in row.get("warnings") or []:
             click.echo(f"{'':42}warning: {warning}")
-    total = sum(counts.values())
-    summary = ", ".join(f"{cls} {n}" for cls, n in sorted(counts.items()))
-    click.echo(f"\n{total + bad} bundle(s): {summary or 'none classified'}"
-               + (f"; {bad} unreadable" if bad else ""))
+    parts = [", ".join(f"{cls} {n}" for cls, n in sorted(counts.items()))] if counts else []
+    parts += [f"{successes} success{'es' if successes != 1 else ''}"] if successes else []
+    parts += [f"{bad} unreadable"] if bad else []
+    click.echo(f"\n{sum(counts.values()) + successes + bad} bundle(s): {'; '.join(parts) or 'none classified'}")
     return bad
 
 

@@ -75,17 +75,9 @@ from .trackers import (
 )
 from .trust import ConsensusIndex, graduation_set, trust_of
 from .verdict import Classification, FailureClass, Tier
-from .view import View
+from .view import View, is_failure
 
 __all__ = ["Processed", "RunSummary", "dismissed", "is_failure", "process_bundle", "run_captures"]
-
-
-def is_failure(bundle: Bundle) -> bool:
-    """Gate-only, download or boot failed, or any capability red."""
-    if bundle.is_gate_only:
-        return True
-    view = View.of(bundle)
-    return not view.signal("download_ok") or not view.signal("boot_ok") or bool(view.signal("red_caps"))
 
 
 @pickled_by_fields

@@ -17,7 +17,7 @@ from .keys import error_source, first_red_capability, normalize_text
 
 T = TypeVar("T")
 
-__all__ = ["SIGNALS", "View"]
+__all__ = ["SIGNALS", "View", "is_failure"]
 
 # A line names an exception when this would find a match in it:
 #     \b(?:[A-Za-z_][\w.]*(?:Error|Exception)|AssertionError|Killed|Traceback)\b
@@ -384,3 +384,13 @@ _LATEST: list[View | None] = [None]  # see View.of
 # texts built anew for each search, whose indexes would otherwise pile up.
 MAX_INDEXES = 64
 MISSING = _MISSING
+
+
+def is_failure(bundle: Bundle) -> bool:
+    """Gate-only, download or boot failed, or any capability red: what ``run`` files,
+    queues or suppresses; any other bundle is a success (a trust anchor when a
+    capability is green)."""
+    if bundle.is_gate_only:
+        return True
+    view = View.of(bundle)
+    return not view.signal("download_ok") or not view.signal("boot_ok") or bool(view.signal("red_caps"))

@@ -394,6 +394,27 @@ def test_a_reader_that_goes_away_is_the_sigpipe_status_not_a_finding(tmp_path: P
         assert proc.stderr.read() == b""
 
 
+def test_classify_tells_successes_from_unknown_failures() -> None:
+    """A success came out as "unknown none-unknown None" in the table, counted with the
+    unknown failures (8 where run counts 5)."""
+    examples = Path(__file__).resolve().parent.parent / "examples" / "pull-captures"
+    rows = [json.loads(line) for line in invoke("classify", "--format", "jsonl", str(examples)).output.splitlines()]
+    readable = [r for r in rows if r["reader_error"] is None]
+    successes = [r for r in readable if r["failure"] is False]
+    assert len(successes) == 3 and {r["failure_class"] for r in successes} == {"unknown"}  # as the reference has it
+    assert all(r["failure"] is True for r in readable if r["should_file"])
+    assert "failure" not in next(r for r in rows if r["reader_error"] is not None)
+    table = invoke("classify", str(examples)).output.splitlines()
+    for success in successes:
+        parts = success["bundle"].split("/")
+        shown = "/".join(parts[-2:])
+        (line,) = [t for t in table if t.startswith((shown, "..." + shown[-37:]))]
+        assert line.split()[1] == "success", line
+    assert table[-1].endswith("unknown 5; 3 successes; 1 unreadable"), table[-1]
+    run = json.loads(invoke("run", "--dry-run", "--format", "json", str(examples)).output)
+    assert (run["by_class"]["unknown"], run["successes"]) == (5, 3)
+
+
 def test_eval_table_columns_line_up() -> None:
     corpus = Path(__file__).resolve().parent / "corpus"
     result = invoke("eval", "--corpus", str(corpus), "--split", "tune", "--compare", "reference")
