@@ -335,11 +335,18 @@ def _classify_table(rows: Iterable[dict[str, Any]]) -> int:
                    f"{str(row['matched_rule']):40} {row['dedup_hash']}")
         for warning in row.get("warnings") or []:
             click.echo(f"{'':42}warning: {warning}")
-    parts = [", ".join(f"{cls} {n}" for cls, n in sorted(counts.items()))] if counts else []
-    parts += [f"{successes} success{'es' if successes != 1 else ''}"] if successes else []
-    parts += [f"{bad} unreadable"] if bad else []
-    click.echo(f"\n{sum(counts.values()) + successes + bad} bundle(s): {'; '.join(parts) or 'none classified'}")
+    extra = {f"success{'es' if successes != 1 else ''}": successes, "unreadable": bad}
+    click.echo(_summary_line(counts, extra, "none classified"))
     return bad
+
+
+def _summary_line(counts: dict[str, int], extra: dict[str, int], empty: str) -> str:
+    """A table's last line: ``N bundle(s): a 1, b 2; 3 successes; 1 unreadable``, the
+    counts by name, then each nonzero ``extra`` count as a part of its own."""
+    parts = [", ".join(f"{name} {n}" for name, n in sorted(counts.items()))] if counts else []
+    parts += [f"{n} {name}" for name, n in extra.items() if n]
+    total = sum(counts.values()) + sum(extra.values())
+    return f"\n{total} bundle(s): {'; '.join(parts) or empty}"
 
 
 def _short_name(path: str, width: int = 40) -> str:
@@ -580,9 +587,7 @@ def _trust_table(rows: Iterable[dict[str, Any]]) -> int:
         # Capability names are the capture's own keys: escaped like any capture text.
         click.echo(f"{name:40}  {row['stage'] or '-':10} {_shown(row['reason'] or 'gate-only bundle'):32} "
                    f"{_shown(', '.join(map(str, row['graduation_set'] or [])))}")
-    parts = [", ".join(f"{k} {v}" for k, v in sorted(stages.items()))] if stages else []
-    parts += [f"{bad} unreadable"] if bad else []
-    click.echo(f"\n{sum(stages.values()) + bad} bundle(s): {'; '.join(parts) or 'none'}")
+    click.echo(_summary_line(stages, {"unreadable": bad}, "none"))
     return bad
 
 
