@@ -23,10 +23,13 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, islice
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .engine import Engine
 from .errors import WorkerError
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 __all__ = ["CHUNK", "WorkerError", "engine_map"]
 
@@ -127,7 +130,22 @@ def _init(rules: str) -> None:
 def _run_chunk(fn: Callable[[Any, Engine], Any], chunk: list[Any]) -> list[Any]:
     assert _ENGINE is not None, "worker engine not initialised"
     engine = _ENGINE
-    return [fn(item, engine) for item in chunk]
+    try:
+        return [fn(item, engine) for item in chunk]
+    except SystemExit as e:  # the pool would raise it in the caller, which then ended quietly
+        raise WorkerError(f"worker process {os.getpid()}: sys.exit({e.code!r}) was called while classifying") from e
+
+
+def _answer(future: Future[list[R]]) -> list[R]:
+    """A chunk's answer; a worker that died (killed, out of memory) or could not start
+    is a :class:`WorkerError`, as where workers are forked, not the pool's own error."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        return future.result()
+    except BrokenProcessPool as e:
+        raise WorkerError(f"a worker process ended before answering, or could not start "
+                          f"(killed, out of memory?): {e}") from e
 
 
 def _executor_map(fn: Callable[[T, Engine], R], source: Iterator[T], rules: str, jobs: int,
@@ -139,7 +157,7 @@ def _executor_map(fn: Callable[[T, Engine], R], source: Iterator[T], rules: str,
     pool = ProcessPoolExecutor(max_workers=jobs, initializer=_init, initargs=(rules,))
     try:
         yield from _in_order(source, chunk, jobs * window, lambda batch: pool.submit(_run_chunk, fn, batch),
-                             lambda future: future.result())
+                             _answer)
     finally:
         # An abandoned iteration (an error in the caller, a closed generator) stops the pool.
         pool.shutdown(wait=True, cancel_futures=True)

@@ -270,6 +270,17 @@ def test_workers_that_are_not_forked_build_the_engine_and_agree(engine: Engine,
     assert {v for *_rest, v in out} == {engine.pack.version}
 
 
+def test_workers_that_are_not_forked_die_and_exit_as_forked_ones_do(engine: Engine, deadline: None,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # The pool's BrokenProcessPool was an internal error (status 70), and a sys.exit
+    # in a worker reached the caller as its own: the command ended with that status.
+    monkeypatch.setattr(parallel, "_forks", lambda: False)
+    with pytest.raises(WorkerError, match="a worker process ended before answering"):
+        list(engine_map(_die, range(40), engine, jobs=2, chunk=2))
+    with pytest.raises(WorkerError, match=r"worker process \d+: sys.exit\(0\) was called while classifying"):
+        list(engine_map(_exit, range(40), engine, jobs=2, chunk=2))
+
+
 def test_what_the_parent_had_buffered_is_written_once(tmp_path: Path) -> None:
     # A forked worker starts with a copy of the parent's unwritten stdout buffer; it
     # must neither write it again nor lose what the worker itself prints.
