@@ -226,19 +226,26 @@ def _comment_text(note: str) -> str:
 
 def _replace_text(path: Path, text: str) -> None:
     """Replace the file at ``path`` (a link's target, if it is a link) with ``text``
-    in one step, keeping its permissions: a full disk or a Ctrl-C leaves the old
-    table whole, never a truncated one.
+    in one step, keeping its permissions (a new file gets those the umask gives,
+    as the pack's other files did, not the temp file's 0600): a full disk or a
+    Ctrl-C leaves the old table whole, never a truncated one.
 
     :raises LoopError: the file could not be written.
     """
     target = path.resolve()
     try:
-        mode = target.stat().st_mode & 0o7777 if target.exists() else None
+        mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()
         write_texts_many([(target, text)])
-        if mode is not None:
-            os.chmod(target, mode)
+        os.chmod(target, mode)
     except OSError as e:
         raise LoopError(f"{path}: could not write: {e.strerror or e}; the file is as it was") from e
+
+
+def _umask() -> int:
+    """This process's umask (read by setting it, and setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 _EXACT_LINE = re.compile(r"(?m)^(?P<bom>\ufeff?)exact:[ \t]*(?:(?:null|~|\{\s*\})[ \t]*)?(?P<comment>#.*)?$")

@@ -479,6 +479,17 @@ def test_learn_keeps_the_tables_permissions_and_link(pack: Path, tmp_path: Path,
     assert shared.stat().st_mode & 0o777 == 0o664
 
 
+def test_a_table_learn_starts_can_be_read_by_whoever_reads_the_pack(pack: Path, pm: pluggy.PluginManager) -> None:
+    # It was written as a temp file is, 0600: a service reading the pack as another
+    # user could no longer load it.
+    mask = os.umask(0o022)
+    try:
+        assert learn(pack, "abcdefabcdef", "genuine-oom", condition_kinds(pm))
+    finally:
+        os.umask(mask)
+    assert (pack / "exact.yml").stat().st_mode & 0o777 == 0o644
+
+
 def test_learn_from_a_bundle_whose_folder_name_is_not_utf8(pack: Path, tmp_path: Path,
                                                            pm: pluggy.PluginManager) -> None:
     """The note naming the bundle could not be written as UTF-8: the table was left
