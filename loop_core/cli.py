@@ -220,7 +220,7 @@ class Jobs(click.ParamType):
         if isinstance(value, int) and not isinstance(value, bool):
             jobs = value
         elif str(value).strip().lower() == "auto":
-            return usable_cpus()
+            return min(usable_cpus(), MAX_JOBS)  # the most --jobs takes, on a machine with more CPUs
         else:
             try:
                 jobs = int(str(value).strip())
