@@ -81,15 +81,18 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
         _replace_text(path, _with_entry(before, entry))
         try:
             learned = load_rules(pack_dir, kinds, allow_empty=True).exact.get(fingerprint)
-            if learned != failure_class:
-                raise LoopError(f"{path}: could not add the entry as text; write its exact: table as a block "
-                                "mapping (one '<fingerprint>': <class> line each)")
-        except LoopError:  # RuleError included: the edit broke the pack
+            problem = None if learned == failure_class else "the table read back without it"
+        except LoopError as e:  # RuleError included: the edit broke the pack, which loaded before it
+            problem = str(e)
+        if problem is not None:
             if before is None:
                 path.unlink()
             else:
                 _replace_text(path, before)
-            raise
+            # Said as the edit's failure: the file, as it was and is again, is not at fault
+            # (a table that is not a block mapping read back as a duplicate key "exact").
+            raise LoopError(f"{path}: could not add the entry as text ({problem}); the file is as it was: "
+                            "write its exact: table as a block mapping (one '<fingerprint>': <class> line each)")
     return True
 
 

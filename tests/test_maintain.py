@@ -442,9 +442,11 @@ def test_learn_adds_to_any_exact_file_the_pack_loads(pack: Path, pm: pluggy.Plug
 def test_learn_leaves_a_flow_style_table_as_it_was(pack: Path, pm: pluggy.PluginManager) -> None:
     flow = "exact: {'0123456789ab': unknown}\n"
     (pack / "exact.yml").write_text(flow)
-    with pytest.raises(LoopError):
+    with pytest.raises(LoopError, match="could not add the entry as text") as refused:
         learn(pack, "abcdefabcdef", "genuine-oom", condition_kinds(pm))
     assert (pack / "exact.yml").read_text() == flow
+    # Not "invalid YAML: duplicate key 'exact'", which blamed the file kept for the edit.
+    assert "write its exact: table as a block mapping" in str(refused.value)
 
 
 def test_learn_on_a_full_disk_keeps_the_table_whole(pack: Path, pm: pluggy.PluginManager,
