@@ -408,15 +408,16 @@ class GitHubTracker:
         """The first (lowest-numbered) issue with the dedup label whose body tuple verifies."""
         r = self._gh(["issue", "list", "--label", draft.labels[0], "--state", "all",
                       "--limit", str(ISSUE_LIST_LIMIT), "--json", "number,body,comments"])
-        issues = _json(r.stdout or "[]") if r.ok else None
-        if not isinstance(issues, list):
+        # gh prints [] when no issue has the label: nothing at all, or entries that are not
+        # the issues asked for, would read as "no issue" and open a duplicate.
+        issues = _json(r.stdout) if r.ok else None
+        if not isinstance(issues, list) or not all(map(_is_issue, issues)):
             self._fail("issue-list", r)
-        candidates = [i for i in issues if isinstance(i, dict) and isinstance(i.get("number"), int)]
-        for issue in sorted(candidates, key=lambda i: i["number"]):
-            body = issue.get("body") or ""
-            if not isinstance(body, str) or not body_tuple_matches(body, draft.key):
+        for issue in sorted(issues, key=lambda i: i["number"]):
+            body = issue["body"]
+            if not body_tuple_matches(body, draft.key):
                 continue
-            comments = issue.get("comments") or []
+            comments = issue["comments"]
             if len(comments) >= COMMENTS_PER_LIST:
                 comments = self._all_comments(issue["number"])
             first = _first_submission(body)
@@ -534,6 +535,12 @@ def _trusted(comment: dict[str, Any]) -> bool:
     if mine is None:
         return True
     return mine is True or comment.get("authorAssociation") in _WRITERS
+
+
+def _is_issue(entry: Any) -> bool:
+    """Whether one entry of ``gh issue list --json number,body,comments`` is an issue as asked."""
+    return (isinstance(entry, dict) and type(entry.get("number")) is int and isinstance(entry.get("body"), str)
+            and isinstance(entry.get("comments"), list))
 
 
 def _cache_key(draft: IssueDraft) -> tuple[str, ...]:

@@ -538,6 +538,28 @@ def test_raising_runner_and_bad_json_degrade(captures: Path, fake_clock: FakeClo
         "`gh issue list` answered unreadably: its output is not the JSON asked for: '<html>rate limited</html>'"]
 
 
+@pytest.mark.parametrize("answer", [
+    "",  # nothing at all: gh prints [] when no issue has the label
+    '[{"number": "1", "body": "", "comments": []}]',  # a number that is not one
+    '[{"number": 1, "comments": []}]',  # no body
+    '[{"number": 1, "body": "", "comments": {}}]',  # comments that are not a list
+])
+def test_an_issue_listing_that_shows_no_issues_as_asked_opens_no_duplicate(
+        answer: str, gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    draft, first = failure()
+    assert tracker(captures, fake_clock).file(draft, first).action is FileAction.OPENED
+    _, second = failure(ts="20260802T093000Z")
+
+    def odd(argv: list[str], *, timeout: float) -> GhResult:
+        if argv[:2] == ["issue", "list"]:
+            return GhResult(True, 0, answer, "")
+        return run_gh(argv, timeout=timeout)
+
+    result = tracker(captures, FakeClock(), runner=odd).file(draft, second)
+    assert (result.action, result.reason) == (FileAction.SPOOLED, "gh-degraded:issue-list rc=0")
+    assert len(gh.issues()) == 1 and spooled(captures, draft) == [second.submission]
+
+
 # -- pacing and caps -----------------------------------------------------------
 
 
@@ -554,6 +576,8 @@ def _recording_runner(clock: FakeClock, log: list[tuple[float, list[str]]]) -> A
             return GhResult(True, 0, "[]", "")
         if argv[:2] == ["issue", "create"]:
             return GhResult(True, 0, f"https://github.com/{REPO}/issues/{next(issues)}\n", "")
+        if argv[:2] == ["issue", "list"]:
+            return GhResult(True, 0, "[]", "")
         return GhResult(True, 0, "", "")
 
     return runner
