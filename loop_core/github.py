@@ -21,7 +21,7 @@ lines, the same three labels, the same verify-before-+1. What differs:
 - any ``gh`` failure, an unreadable ``gh`` answer included (§8.4.6), degrades
   to the spool (``<captures>/_dedup-queue/<hash>.json``), so nothing is lost;
   after an outage (timeout, missing ``gh``, a failed label listing, or three
-  failures without a write getting through) the rest of the run goes
+  failures without an issue or comment getting through) the rest of the run goes
   straight to the spool.
 """
 
@@ -495,8 +495,10 @@ class GitHubTracker:
             r = GhResult(False, 1, "", str(e))
         if argv[1] in ("create", "comment", "close"):
             self._wrote = True  # even when it failed: a create that timed out may have landed
-        if r.ok and argv[1] in ("create", "comment"):
-            self._failures = 0  # a write went through: GitHub takes writes again
+        if r.ok and argv[:2] in (["issue", "create"], ["issue", "comment"]):
+            # An issue or a comment went through: GitHub takes them again. (Not a label: a
+            # repository that refuses issues, issues disabled, say, still takes labels.)
+            self._failures = 0
         return r
 
     def _fail(self, step: str, r: GhResult) -> NoReturn:

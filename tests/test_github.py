@@ -777,6 +777,20 @@ def test_problems_name_each_failing_call_once(gh: FakeGh, captures: Path, fake_c
     assert list(t.problems) == ["`gh issue create` failed (exit 1): HTTP 502: simulated"]
 
 
+def test_creates_that_keep_failing_stop_the_run_though_labels_are_made(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """A label made for each new failure counted as a write that went through: with every
+    issue create refused (issues disabled, a rate limit), the run never stopped calling gh,
+    and made a dedup label in the repository for every failure it could not file."""
+    t = tracker(captures, fake_clock, runner=failing("issue", "create"))
+    results = [t.file(*failure(model=f"acme/M{i}-7B")) for i in range(6)]
+    assert all(r.action is FileAction.SPOOLED for r in results)
+    assert [r.reason for r in results] == ["gh-degraded:issue-create rc=1"] * 6
+    made = [c[2] for c in gh.calls() if c[:2] == ["label", "create"]]
+    assert len([name for name in made if name.startswith("loop:dedup-")]) == 3  # then the run stopped
+    assert len(SpoolTracker(captures).pending()) == 6
+
+
 def test_a_run_naming_the_repository_and_one_using_gh_s_default_share_the_lock(
         gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
     """Each name had a lock of its own: a run with --repo and one on gh's default
