@@ -214,6 +214,11 @@ class GitHubTracker:
                  clock: Callable[[], float] = time.monotonic, create_interval: float = 3.0,
                  max_creates_per_minute: int = 20, max_creates_per_run: int = 50,
                  timeout: float = 30.0) -> None:
+        if repo is not None and not repo.strip():
+            # Left out of gh's command line, it would file into gh's default repository: the
+            # one of the current directory, which a `--repo "$REPO"` with REPO unset never meant.
+            raise TrackerError(f"--repo {repo!r}: no repository named; give OWNER/NAME, or leave --repo "
+                               "out to file into gh's default repository")
         self.spool = SpoolTracker(Path(captures))
         self.repo = repo
         self.runner = runner

@@ -769,6 +769,26 @@ def test_run_says_why_nothing_reached_github(tmp_path: Path, monkeypatch: pytest
     assert "gh: command not found" in bootstrap.stderr
 
 
+@pytest.mark.parametrize("command", [["run", "CAPTURES", "--tracker", "github"],
+                                     ["spool", "replay", "CAPTURES", "--tracker", "github"],
+                                     ["labels", "bootstrap"]])
+def test_an_empty_repo_is_refused_not_taken_for_gh_s_default(
+        command: list[str], gh: FakeGh, tmp_path: Path) -> None:
+    """`--repo "$REPO"` with REPO unset filed into the repository of the current directory."""
+    from click.testing import CliRunner
+
+    from loop_core.cli import cli
+
+    captures = tmp_path / "examples"
+    copy_examples(captures)
+    argv = [str(captures) if arg == "CAPTURES" else arg for arg in command]
+    for repo in ("", "  "):
+        result = CliRunner().invoke(cli, [*argv, "--repo", repo])
+        assert result.exit_code == 2, result.output
+        assert "no repository named" in result.stderr
+    assert gh.calls() == [] and gh.issues("local/repo") == []
+
+
 def test_problems_name_each_failing_call_once(gh: FakeGh, captures: Path, fake_clock: FakeClock,
                                               failure: Any) -> None:
     t = tracker(captures, fake_clock, runner=failing("issue", "create"))
