@@ -575,7 +575,9 @@ def replay_spool(spool: SpoolTracker, target: Tracker) -> list[ReplayResult]:
                 # Only remove what we replayed: a run may have added an occurrence meanwhile
                 # (to a reference file it replaces the stand-in occurrence, so a count of
                 # them cannot tell), or made the file again after another replay removed it.
-                if current is not None and _spooled_submissions(current, draft.dedup_hash) <= replayed:
+                if current is None:
+                    pass  # another replay drained it meanwhile: all of it landed all the same
+                elif _spooled_submissions(current, draft.dedup_hash) <= replayed:
                     path.unlink()
                 else:
                     drained = False

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from loop_core import DedupKey, Engine, TrackerError
-from loop_core.dedup import TUPLE_MARKER, draft_issue, occurrence_of, parse_body_tuple
+from loop_core.dedup import TUPLE_MARKER, IssueDraft, Occurrence, draft_issue, occurrence_of, parse_body_tuple
 from loop_core.testing import make_bundle, write_bundle
 from loop_core.trackers import FileAction, FileResult, SpoolTracker, SqliteTracker, replay_spool
 
@@ -48,6 +48,32 @@ def test_replay_files_each_occurrence_exactly_once(tmp_path: Path, engine: Engin
     assert result.drained and spool.pending() == []
     assert replay_spool(spool, db) == []
     assert [i["occurrences"] for i in db.issues()] == [3]
+
+
+def test_a_file_another_replay_drained_meanwhile_counts_as_drained(tmp_path: Path, engine: Engine) -> None:
+    """Two replays at once: the one that found the file gone after filing all of it said
+    it was still spooled, and `spool replay` exited 1 over a spool that was empty."""
+    spool = SpoolTracker(tmp_path)
+    for day in ("01", "02"):
+        spool.file(*drafted(engine, utc_ts=f"202608{day}T000000Z"))
+    db = SqliteTracker(tmp_path / "t.sqlite")
+
+    class Racing:
+        name = "racing"
+
+        def file(self, draft: IssueDraft, occurrence: Occurrence) -> FileResult:
+            if spool.pending():  # the other replay, finishing first
+                (other,) = replay_spool(SpoolTracker(tmp_path), db)
+                assert other.drained
+            return db.file(draft, occurrence)
+
+        def close(self) -> None:
+            pass
+
+    (result,) = replay_spool(spool, Racing())
+    assert [r.action for r in result.results] == [FileAction.ALREADY_COUNTED] * 2
+    assert result.drained and spool.pending() == []
+    assert [i["occurrences"] for i in db.issues()] == [2]
 
 
 def test_replay_of_a_reference_spool_file(tmp_path: Path, engine: Engine) -> None:
