@@ -30,6 +30,13 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 class LoopClickError(click.ClickException):
     exit_code = 2
 
+    def __init__(self, message: str) -> None:
+        from .bundle import path_text
+
+        # A path in the message that is not UTF-8 is written as its bytes (\xfe), as
+        # everywhere else, not as the lone surrogate Python holds it as.
+        super().__init__(path_text(message))
+
 
 def _shown(value: Any, keep: str = "") -> str:
     """``value`` as text safe to print to a terminal: a character that is not

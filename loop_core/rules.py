@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from . import packcache
+from .bundle import path_text
 from .conditions import (
     DEFAULT_REGEX_TIMEOUT,
     Condition,
@@ -329,6 +330,11 @@ def load_rules(
     unreadable: list[str] = []
     for path in files:
         label = f"{shown}/{path.name}" if shown else path.name
+        try:
+            path.name.encode("utf-8")
+        except UnicodeEncodeError:  # a byte that is not UTF-8: the pack's version hashes the name
+            unreadable.append(f"{path_text(label)}: cannot read: the file name is not UTF-8; rename the file")
+            continue
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:

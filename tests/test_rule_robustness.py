@@ -3,7 +3,9 @@ classification time one rule's failure never silences the rules after it."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import pluggy
@@ -163,6 +165,24 @@ def test_a_broken_symlink_in_a_pack_is_reported(tmp_path: Path, pm: pluggy.Plugi
     pack = write(tmp_path / "p", "10.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
     (pack / "20-gone.yml").symlink_to(tmp_path / "nowhere.yml")
     assert "p/20-gone.yml: cannot read" in problems_of(pack, pm)
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse names that are not UTF-8")
+def test_a_rule_file_whose_name_is_not_utf8_is_named_not_an_internal_error(tmp_path: Path) -> None:
+    pack = write(tmp_path / os.fsdecode(b"pack\xfe"), "10.yml",
+                 GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
+    write(pack, os.fsdecode(b"20-odd\xff.yml"), GOOD.format(id="s", cls="unknown", regex="bang", example="bang"))
+    runner = CliRunner()
+
+    checked = runner.invoke(cli, ["check", "--rules", str(pack)])
+    assert checked.exit_code == 1, checked.output
+    assert "pack\\xfe/20-odd\\xff.yml: cannot read: the file name is not UTF-8" in checked.output
+
+    (pack / os.fsdecode(b"20-odd\xff.yml")).unlink()
+    write(pack, "30-bad.yml", "- id: x\n")
+    refused = runner.invoke(cli, ["classify", "--rules", str(pack), str(tmp_path)])
+    assert refused.exit_code == 2, refused.output
+    assert "pack\\xfe/30-bad.yml" in refused.output  # the folder's byte as \xfe, as check writes it
 
 
 def test_conditions_nested_too_deep_are_a_problem_not_a_crash(tmp_path: Path, pm: pluggy.PluginManager) -> None:
