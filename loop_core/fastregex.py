@@ -1150,4 +1150,6 @@ class RegexCache:
             raise regex.error("groups nest too deeply to compile") from None
         except (ValueError, OverflowError) as e:  # e.g. conflicting inline flags, a huge repeat count
             raise regex.error(str(e)) from None
+        except (KeyError, IndexError) as e:  # older releases' way of refusing some of the same (Python 3.10's)
+            raise regex.error(f"the regex module cannot compile it ({type(e).__name__}: {e})") from None
         return guarded

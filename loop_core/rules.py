@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,7 +139,12 @@ class PackSettings:
     tier1_oom_surface: str = "reference"
 
 
-@dataclass(frozen=True, slots=True, weakref_slot=True)
+# The Tier-1 matcher holds each pack's compiled signature weakly (loop_rules/tier1.py).
+# weakref_slot is Python 3.11's: on 3.10 a pack, one object a pack, keeps a __dict__.
+_WEAKREF_SLOTS: dict[str, bool] = {"slots": True, "weakref_slot": True} if sys.version_info >= (3, 11) else {}
+
+
+@dataclass(frozen=True, **_WEAKREF_SLOTS)
 class RulePack:
     """A loaded, compiled rule pack. Evaluation never sees raw YAML."""
 

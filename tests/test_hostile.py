@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -107,7 +107,7 @@ def valid(tmp_path: Path) -> Callable[..., Path]:
 
 
 class Timer:
-    def __enter__(self) -> Self:
+    def __enter__(self) -> Timer:
         self.start = time.monotonic()
         return self
 

@@ -337,15 +337,17 @@ def test_check_warns_of_nested_quantifiers_in_the_tier1_veto(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(("pattern", "why"), [
-    ("(" * 400 + "NCCL" + ")" * 400, "groups nest too deeply"),
-    ("(?V0)(?V1)NCCL", "VERSION0 and VERSION1 flags are mutually incompatible"),
+    ("(" * 400 + "NCCL" + ")" * 400, ["groups nest too deeply"]),
+    # The regex releases Python 3.10 still gets refuse it with a KeyError of their own.
+    ("(?V0)(?V1)NCCL", ["VERSION0 and VERSION1 flags are mutually incompatible",
+                        "cannot compile it (KeyError: regex.V0|regex.V1)"]),
 ])
 def test_a_regex_the_regex_module_refuses_oddly_is_a_problem_naming_the_rule(
-        tmp_path: Path, pm: pluggy.PluginManager, pattern: str, why: str) -> None:
+        tmp_path: Path, pm: pluggy.PluginManager, pattern: str, why: list[str]) -> None:
     pack = write(tmp_path / "p", "10.yml", rule("odd", f"{{select: $.signal.error_text, regex: '{pattern}'}}")
                  + rule("dup", "{select: $.signal.error_text, regex: '('}"))
     found = problems_of(pack, pm)
-    assert "p/10.yml[0] odd: when: invalid regex" in found and why in found
+    assert "p/10.yml[0] odd: when: invalid regex" in found and any(reason in found for reason in why), found
     assert "p/10.yml[1] dup: when: invalid regex '('" in found  # every problem at once
 
 
