@@ -237,18 +237,12 @@ def _replace_text(path: Path, text: str) -> None:
     """
     target = path.resolve()
     try:
-        mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()
+        mode = target.stat().st_mode & 0o7777 if target.exists() else None
         write_texts_many([(target, text)])
-        os.chmod(target, mode)
+        if mode is not None:
+            os.chmod(target, mode)
     except OSError as e:
         raise LoopError(f"{path}: could not write: {e.strerror or e}; the file is as it was") from e
-
-
-def _umask() -> int:
-    """This process's umask (read by setting it, and setting it back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 _EXACT_LINE = re.compile(r"(?m)^(?P<bom>\ufeff?)exact:[ \t]*(?:(?:null|~|\{\s*\})[ \t]*)?(?P<comment>#.*)?$")

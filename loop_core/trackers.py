@@ -194,6 +194,7 @@ def write_texts_many(files: Sequence[tuple[Path, str]], *, sync_directory: bool 
             for path, data in encoded:
                 fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
                 fds.append(fd)
+                os.fchmod(fd, new_file_mode())
                 temps.append((tmp, path))
                 view = memoryview(data)
                 while view:
@@ -213,6 +214,19 @@ def write_texts_many(files: Sequence[tuple[Path, str]], *, sync_directory: bool 
     if sync_directory:
         for directory in directories:
             fsync_directory(directory)
+
+
+@functools.cache
+def new_file_mode() -> int:
+    """The mode ``open`` gives a new file in this process: 0o666 less the umask.
+
+    What the files written through a temporary file get in place of its 0o600,
+    so a review queue or a spool is as readable as the tracker beside it: a
+    maintainer reading what a service account's run left works on all of it.
+    """
+    mask = os.umask(0o022)  # read by setting it, and setting it back at once
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def _sync_all(fds: Sequence[int]) -> None:

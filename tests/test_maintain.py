@@ -484,11 +484,15 @@ def test_learn_keeps_the_tables_permissions_and_link(pack: Path, tmp_path: Path,
 def test_a_table_learn_starts_can_be_read_by_whoever_reads_the_pack(pack: Path, pm: pluggy.PluginManager) -> None:
     # It was written as a temp file is, 0600: a service reading the pack as another
     # user could no longer load it.
+    from loop_core import trackers
+
+    trackers.new_file_mode.cache_clear()  # read again under the umask set here
     mask = os.umask(0o022)
     try:
         assert learn(pack, "abcdefabcdef", "genuine-oom", condition_kinds(pm))
     finally:
         os.umask(mask)
+        trackers.new_file_mode.cache_clear()
     assert (pack / "exact.yml").stat().st_mode & 0o777 == 0o644
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -306,6 +308,33 @@ def test_review_queue_add_many_writes_each_failure_once_and_counts_each_submissi
     assert [o["submission"] for o in items["a" * 64]["occurrences"]] == ["s1", "s3"]
     assert [o["submission"] for o in items["b" * 64]["occurrences"]] == ["s2", "s4"]
     assert not [p for p in (tmp_path / "_review-queue").iterdir() if p.name.endswith(".tmp")]
+
+
+WRITE_QUEUE_AND_SPOOL = """
+import os, sys
+from pathlib import Path
+os.umask(int(sys.argv[2], 8))
+from loop_core.dedup import Occurrence, draft_issue, occurrence_of
+from loop_core.engine import Engine
+from loop_core.testing import make_bundle
+from loop_core.trackers import ReviewQueue, SpoolTracker
+captures = Path(sys.argv[1])
+ReviewQueue(captures).add({"dedup_hash": "a" * 64, "reason": "no rule matched"},
+                          Occurrence("s1", "20261130T000000Z", "abc1234", "captures/s1"))
+bundle = make_bundle({"pt3": {"failure_log_excerpt": "torch.cuda.OutOfMemoryError: CUDA out of memory"}})
+SpoolTracker(captures).file(draft_issue(bundle, Engine.build("default").classify(bundle)), occurrence_of(bundle))
+"""
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o002, 0o077])
+def test_queue_and_spool_files_get_the_mode_the_umask_gives(tmp_path: Path, mask: int) -> None:
+    # They were written as their temporary files are, 0600, beside a 0644 tracker: a
+    # maintainer reading what a service account's run left could list no review entry.
+    subprocess.run([sys.executable, "-c", WRITE_QUEUE_AND_SPOOL, str(tmp_path), f"{mask:o}"], check=True,
+                   cwd=Path(__file__).resolve().parent.parent)
+    written = [*(tmp_path / "_review-queue").glob("*.json"), *(tmp_path / "_dedup-queue").glob("*.json")]
+    assert len(written) == 2
+    assert {p.stat().st_mode & 0o777 for p in written} == {0o666 & ~mask}
 
 
 def test_review_queue_counts_against_a_stored_list_that_holds_junk(tmp_path: Path) -> None:
