@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -106,8 +106,11 @@ def valid(tmp_path: Path) -> Callable[..., Path]:
     return write
 
 
+_Timer = TypeVar("_Timer", bound="Timer")
+
+
 class Timer:
-    def __enter__(self) -> Timer:
+    def __enter__(self: _Timer) -> _Timer:
         self.start = time.monotonic()
         return self
 
