@@ -71,6 +71,9 @@ _DECORATION = re.compile(
 # error of its own; the exception it introduces comes later, or was cut from
 # the excerpt. "Exception in worker ...: msg, Traceback (...)" is not bare.
 _BARE_TRACEBACK = re.compile(r"Traceback \(most recent call last\):?\s*$")
+# Python's own base class, raised as is: "Exception: Capture cuda graph failed: ...".
+# Only at the start of a message: "Exception in thread ..." and prose name none.
+_BARE_EXCEPTION = re.compile(r"Exception:\s+\S")
 # Error lines that name no exception: "[BUG] ...", "Error: ...", "error loading
 # model: ...", "FATAL: ...", a tracing-style "ERROR target: message" (TGI, Rust
 # engines). A blank follows the colon ("ERROR 03-20 17:39:14" is a timestamp)
@@ -152,7 +155,8 @@ _POINTS_ELSEWHERE = re.compile(r"(?i)\bsee (?:the )?(?:root cause|(?:full )?stac
 
 
 def _error_kind(line: str) -> int:
-    """2 when ``line`` names an exception (or ``Killed``), 3 when that exception only
+    """2 when ``line`` names an exception (or ``Killed``, or a message that starts with
+    Python's bare ``Exception:``), 3 when that exception only
     points at another ("See root cause above."), 1 when its message starts with an
     error tag (``[BUG] ...``, ``Error: ...``, ``ERROR target: ...``), else 0. A bare
     ``Traceback (most recent call last):`` header and a traceback's source lines
@@ -167,11 +171,8 @@ def _error_kind(line: str) -> int:
     message = _message(line)
     if _BARE_TRACEBACK.match(message) or message.lstrip().startswith(_SOURCE_LINES):
         return 0
-    for end in _EXCEPTION_ENDS:
-        if end in line:
-            if names_exception(line):
-                return 3 if "see " in low and _POINTS_ELSEWHERE.search(line) else 2
-            break
+    if any(end in line for end in _EXCEPTION_ENDS) and (names_exception(line) or _BARE_EXCEPTION.match(message)):
+        return 3 if "see " in low and _POINTS_ELSEWHERE.search(line) else 2
     return 1 if _ERROR_TAG.match(message) else 0
 
 

@@ -50,6 +50,22 @@ def test_an_ipython_header_names_its_exception() -> None:
     assert final_error(text).startswith("KeyError")
 
 
+def test_a_bare_exception_is_an_exception_line() -> None:
+    # sglang raises Exception itself and prints its advice after it (tests/corpus/real,
+    # sglang-unknown-003): the advice's last line is not the error.
+    line = "Exception: Capture cuda graph failed: Triton Error [CUDA]: an illegal memory access was encountered"
+    text = ('  File "cuda_graph_runner.py", line 148, in __init__\n    raise Exception(\n'
+            f"{line}\nPossible solutions:\n1. disable cuda graph by --disable-cuda-graph\n"
+            "2. disable torch compile by not using --enable-torch-compile")
+    assert final_error(text) == line
+    assert final_error(f"(EngineCore pid=7) {line}\nINFO cleanup") == f"(EngineCore pid=7) {line}"
+
+
+@pytest.mark.parametrize("line", ["Exception in thread Thread-21:", "Exception:", "the Exception: class"])
+def test_other_lines_naming_bare_exception_are_not_exception_lines(line: str) -> None:
+    assert final_error(f"[BUG] real problem here\n{line}") == "[BUG] real problem here"
+
+
 @pytest.mark.parametrize("line", [
     "[BUG] type object 'BACKEND' has no attribute 'V9'",
     "[Bug]: rank 0 could finish the model loading, but other ranks did not",
