@@ -71,6 +71,11 @@ _DECORATION = re.compile(
 # error of its own; the exception it introduces comes later, or was cut from
 # the excerpt. "Exception in worker ...: msg, Traceback (...)" is not bare.
 _BARE_TRACEBACK = re.compile(r"Traceback \(most recent call last\):?\s*$")
+# IPython's header ("KeyError      Traceback (most recent call last)") names the exception
+# whose message comes after the frames below it. When that message was cut from the
+# excerpt, an exception reported before the header (the cause of a chained exception:
+# "During handling of the above exception, another exception occurred:") says more.
+_IPYTHON_HEADER = re.compile(r"[A-Za-z_][\w.]*(?:Error|Exception)\s+Traceback \(most recent call last\)\s*$")
 # Python's own base class, raised as is: "Exception: Capture cuda graph failed: ...".
 # Only at the start of a message: "Exception in thread ..." and prose name none.
 _BARE_EXCEPTION = re.compile(r"Exception:\s+\S")
@@ -157,7 +162,9 @@ _POINTS_ELSEWHERE = re.compile(r"(?i)\bsee (?:the )?(?:root cause|(?:full )?stac
 def _error_kind(line: str) -> int:
     """2 when ``line`` names an exception (or ``Killed``, or a message that starts with
     Python's bare ``Exception:``), 3 when that exception only
-    points at another ("See root cause above."), 1 when its message starts with an
+    points at another ("See root cause above.") or is named by IPython's traceback
+    header, whose message comes later (``KeyError    Traceback (most recent call
+    last)``), 1 when its message starts with an
     error tag (``[BUG] ...``, ``Error: ...``, ``ERROR target: ...``), else 0. A bare
     ``Traceback (most recent call last):`` header and a traceback's source lines
     (``raise ...``, ``except ...``), decorated or not, are 0.
@@ -172,6 +179,8 @@ def _error_kind(line: str) -> int:
     if _BARE_TRACEBACK.match(message) or message.lstrip().startswith(_SOURCE_LINES):
         return 0
     if any(end in line for end in _EXCEPTION_ENDS) and (names_exception(line) or _BARE_EXCEPTION.match(message)):
+        if _IPYTHON_HEADER.match(message):
+            return 3
         return 3 if "see " in low and _POINTS_ELSEWHERE.search(line) else 2
     return 1 if _ERROR_TAG.match(message) else 0
 
@@ -273,7 +282,8 @@ SIGNALS: dict[str, tuple[Callable[[Bundle], Any], str]] = {
                          "error_text whitespace-collapsed and lower-cased, never cut"),
     "all_text": (_all_text, "every failure text: download, boot failure, log excerpt, red smoke details, pt5 summary"),
     "final_error": (_final_error, "the last line of error_text naming an exception (bare Traceback "
-                                  "headers and 'see root cause above' wrappers skipped), else its last "
+                                  "headers skipped; 'see root cause above' wrappers and IPython "
+                                  "traceback headers only when no exception comes before), else its last "
                                   "error-tag line ([BUG] ..., Error: ...), else its last non-blank line; "
                                   "whole, log decorations included"),
     "boot_ok": (_boot_ok, "pt3.ok as a boolean (null for gate-only bundles)"),

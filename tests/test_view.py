@@ -50,6 +50,19 @@ def test_an_ipython_header_names_its_exception() -> None:
     assert final_error(text).startswith("KeyError")
 
 
+def test_an_ipython_header_whose_message_was_cut_gives_way_to_the_cause_before_it() -> None:
+    # A notebook's chained traceback, cut after the second header (tests/corpus/real,
+    # transformers-drift-003): the KeyError is what failed, the header says nothing.
+    text = ("KeyError                                  Traceback (most recent call last)\n"
+            "-> 1265                 config_class = CONFIG_MAPPING[config_dict[\"model_type\"]]\n"
+            "KeyError: 'hunyuan_v1_dense'\n\n"
+            "During handling of the above exception, another exception occurred:\n\n"
+            "ValueError                                Traceback (most recent call last)")
+    assert final_error(text) == "KeyError: 'hunyuan_v1_dense'"
+    # Its message after the frames is the final error, as before.
+    assert final_error(text + "\n  1 x\nValueError: bad model type") == "ValueError: bad model type"
+
+
 def test_a_bare_exception_is_an_exception_line() -> None:
     # sglang raises Exception itself and prints its advice after it (tests/corpus/real,
     # sglang-unknown-003): the advice's last line is not the error.
