@@ -41,6 +41,7 @@ from .keys import (
 )
 from .pickling import pickled_by_fields
 from .verdict import Classification
+from .view import View
 
 __all__ = [
     "BODY_LIMIT",
@@ -320,6 +321,57 @@ def _shown_substring(bundle: Bundle, substring: str) -> str:
     return os.path.commonprefix([shown, scrubbed]) + "\u2026"
 
 
+# The log shown under the error: the lines of the error text that lead up to its final
+# error (whose traceback or loader messages say what failed), each line and the whole cut.
+LOG_LINES = 40
+LOG_LINE_CHARS = 1000
+LOG_CHARS = 8000
+
+
+def _log_excerpt(bundle: Bundle, substring: str) -> tuple[str, str] | None:
+    """``(heading, text)``: the last :data:`LOG_LINES` lines of the error text up to
+    and including its final error line, sanitized; None when the error substring
+    already shows the whole text or there is a single line to show.
+
+    The error substring is the text's first 240 characters and the final error one
+    line of it; what failed is often between them (llama.cpp names the missing
+    architecture lines before its last message, a traceback's cause comes before
+    the wrapper the walk skips), and without this the issue would not say.
+    """
+    if len(substring) < SUBSTRING_LIMIT:
+        return None  # the substring is the whole text
+    text = error_source(bundle)[1]
+    final = View.of(bundle).signal("final_error")
+    end = len(text)
+    at = text.rfind(final) if final else -1
+    if at >= 0:
+        stop = text.find("\n", at + len(final))
+        end = len(text) if stop < 0 else stop
+    start = end  # back LOG_LINES line starts from the end of the final error's line
+    for _ in range(LOG_LINES):
+        if start <= 0:
+            break
+        start = text.rfind("\n", 0, start - 1) + 1
+    # Whole lines are scrubbed (a token never spans two), then cut: a cut never shows half a secret.
+    lines = sanitize(text[start:end]).split("\n")
+    first = text.count("\n", 0, start) + 1
+    while lines and not lines[0].strip():
+        lines.pop(0)
+        first += 1
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if len(lines) < 2:
+        return None
+    last = first + len(lines) - 1
+    lines = [line if len(line) <= LOG_LINE_CHARS else line[:LOG_LINE_CHARS] + "\u2026" for line in lines]
+    while len(lines) > 1 and sum(len(line) + 1 for line in lines) > LOG_CHARS:
+        lines.pop(0)
+        first += 1
+    total = text.count("\n") + (not text.endswith("\n"))
+    heading = f"**Log up to the final error (scrubbed; lines {first}-{last} of {total}):**"
+    return heading, "\n".join(lines)
+
+
 def _published(value: Any) -> Any:
     """A canonical-payload value as an issue shows it: strings scrubbed of secrets."""
     if isinstance(value, str):
@@ -536,14 +588,20 @@ def draft_issue(bundle: Bundle, verdict: Classification, *, evidence: str | None
     label = "\n\n**Final error (scrubbed):**\n\n"
     error = fence(shown)
     tail = label + fence(sanitize(evidence)) if evidence else ""
-    body = head + error + tail
+    log = _log_excerpt(bundle, verdict.error_substring or "")
+    log_label = f"\n\n{log[0]}\n\n" if log else ""
+    log_part = log_label + fence(log[1]) if log else ""
+    body = head + error + tail + log_part
     if len(body) > DRAFT_LIMIT:
         # Keep the tuple block whole; cut the free text, each fence kept whole.
         note = "\n\n_(evidence cut to fit the issue size limit)_"
         error = _fenced_within(shown, DRAFT_LIMIT - len(head) - len(note))
         room = DRAFT_LIMIT - len(head) - len(error) - len(note) - len(label)
         block = _fenced_within(sanitize(evidence), room) if evidence else ""
-        body = head + error + (label + block if block else "") + note
+        body = head + error + (label + block if block else "")
+        room = DRAFT_LIMIT - len(body) - len(note) - len(log_label)
+        log_block = _fenced_within(log[1], room) if log else ""
+        body += (log_label + log_block if log_block else "") + note
         if len(body) > DRAFT_LIMIT:
             # The key alone cannot fit: a cut tuple block would never verify, and every
             # capture of this failure would open an issue of its own.

@@ -22,11 +22,14 @@ from hypothesis import strategies as st
 from loop_core import Bundle, Classification, Engine
 from loop_core.dedup import (
     BODY_LIMIT,
+    LOG_CHARS,
+    LOG_LINES,
     PLUSONE_MARKER,
     SCHEMA,
     TITLE_LIMIT,
     TUPLE_MARKER,
     IssueDraft,
+    _log_excerpt,
     body_tuple_matches,
     draft_issue,
     occurrence_of,
@@ -159,11 +162,13 @@ def check(bundle: Bundle, verdict: Classification, draft: IssueDraft, evidence: 
         assert not set(text) & (set(CONTROLS) - set(allowed)), (name, text)
     assert "\n" not in draft.title and "\t" not in draft.title
 
-    # The fences: the tuple block, the error block, the evidence block; all closed, nothing else.
+    # The fences: the tuple block, the error block, the evidence block, the log block; all
+    # closed, nothing else (the log may be dropped when the evidence filled the body).
     blocks, outside = scan(draft.body)
     assert all(b.end is not None for b in blocks), "a fence never closes"
-    expected_blocks = 3 if evidence else 2
-    assert len(blocks) == expected_blocks, [b.info for b in blocks]
+    log = _log_excerpt(bundle, verdict.error_substring)
+    expected_blocks = 2 + bool(evidence) + bool(log)
+    assert len(blocks) in (expected_blocks, expected_blocks - bool(log)), [b.info for b in blocks]
     tuple_block, error_block = blocks[0], blocks[1]
     assert tuple_block.info == "json" and draft.body.split("\n")[tuple_block.start - 1] == TUPLE_MARKER
     assert json.loads(tuple_block.content) == published(draft.canonical)
@@ -179,6 +184,10 @@ def check(bundle: Bundle, verdict: Classification, draft: IssueDraft, evidence: 
         assert after[:2] == ["", "**Final error (scrubbed):**"]
         assert blocks[2].info == "" and _prefix(blocks[2].content, sanitize(evidence))
         after = lines[blocks[2].end + 1:]  # type: ignore[operator]
+    if log and len(blocks) == expected_blocks:
+        assert after[:2] == ["", log[0]]
+        assert blocks[-1].info == "" and _prefix(blocks[-1].content, log[1])
+        after = lines[blocks[-1].end + 1:]  # type: ignore[operator]
     assert after in ([], ["", "_(evidence cut to fit the issue size limit)_"])
 
     # Outside code (blocks and spans): no live mention, link, image, URL or raw HTML (our tuple marker aside).
@@ -202,6 +211,47 @@ def test_plain_issue(engine: Engine) -> None:
     assert verdict.failure_class.value == "genuine-oom"
     check(bundle, verdict, draft, evidence)
     assert draft.title == f"[loop][genuine-oom] acme/Model-7B (dedup {draft.dedup_hash})"
+
+
+def test_the_log_up_to_the_final_error_shows_what_failed(engine: Engine) -> None:
+    # llama.cpp names the architecture it lacks lines before its last message, past the
+    # 240-character substring (tests/corpus/real, llama.cpp-drift-003).
+    excerpt = ("common_init_result: fitting params to device memory, for bugs during this step try to reproduce "
+               "them with -fit off, or provide --verbose logs if the bug only occurs with -fit on\n"
+               "llama_model_load: error loading model: error loading model architecture: unknown model "
+               "architecture: 'gemma4'\n"
+               "llama_model_load_from_file_impl: failed to load model\n"
+               "llama_params_fit: fitting params to free memory took 0.38 seconds\n"
+               "llama_model_load_from_file_impl: using device CUDA0 (NVIDIA RTX 5000) - 15074 MiB free\n")
+    bundle, verdict, draft, evidence = render(engine, excerpt=excerpt)
+    check(bundle, verdict, draft, evidence)
+    assert "'gemma4'" not in verdict.error_substring
+    assert "unknown model architecture: 'gemma4'" in draft.body
+    assert "**Log up to the final error (scrubbed; lines 1-5 of 5):**" in draft.body
+
+
+def test_the_log_ends_at_the_final_error_and_is_bounded(engine: Engine) -> None:
+    noise = "".join(f"INFO step {i} of the loader with a long line of detail to pad it out\n" for i in range(300))
+    tail = "".join(f"INFO shutting down worker {i}\n" for i in range(50))
+    excerpt = (noise + "  File \"/home/alice/venv/x.py\", line 3, in load\n    raise ValueError(msg)\n"
+               "ValueError: token=hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567 is refused\n" + tail
+               + "x" * 5000 + "\n")
+    bundle, verdict, draft, evidence = render(engine, excerpt=excerpt)
+    check(bundle, verdict, draft, evidence)
+    log = _log_excerpt(bundle, verdict.error_substring)
+    assert log is not None
+    heading, text = log
+    assert heading == "**Log up to the final error (scrubbed; lines 264-303 of 354):**"
+    lines = text.split("\n")
+    assert len(lines) == LOG_LINES and len(text) <= LOG_CHARS
+    assert lines[-1] == "ValueError: token=<REDACTED> is refused" and "/home/alice" not in text
+    assert "shutting down" not in text
+
+
+def test_no_log_when_the_substring_is_the_whole_text(engine: Engine) -> None:
+    bundle, verdict, draft, evidence = render(engine, excerpt=f"INFO loading\n{OOM}")
+    check(bundle, verdict, draft, evidence)
+    assert "**Log up to" not in draft.body
 
 
 MENTIONS = "@alice @org/team cc:@bob-smith (@carol_d) x@dave @\u00e9lise @_x @-y"
