@@ -1107,6 +1107,7 @@ def review_list(captures: Path, fmt: str) -> None:
         loop-rules review list examples/pull-captures
     """
     from .trackers import ReviewQueue
+    from .view import _message  # a line without its log decorations
 
     problems: list[str] = []
     items = ReviewQueue(captures).items(problems)
@@ -1118,6 +1119,9 @@ def review_list(captures: Path, fmt: str) -> None:
     click.echo(f"{'DEDUP':12}  {'COUNT':>5}  {'MODEL':40}  ERROR")
     for item in items:
         error = str(item.get("final_error") or item.get("error_substring") or "")
+        # The message, not the log decorations before it: "(EngineCore_DP0 pid=1789245) ERROR
+        # 11-19 12:54:26 [core.py:710] " would fill the column on its own.
+        error = " ".join(_message(error).split()) or " ".join(error.split())
         occurrences = item.get("occurrences") or []
         count = len(occurrences) if isinstance(occurrences, list) else "?"  # a file edited by hand
         click.echo(f"{_shown(item.get('dedup_hash'))[:12]:12}  {count:>5}  "

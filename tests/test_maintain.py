@@ -595,3 +595,21 @@ def test_two_bundles_claiming_one_submission_do_not_flip_the_queue_run_after_run
         (entry,) = _queue(captures)
         assert len(entry["occurrences"]) == 1
     assert counts == [(1, 0), (0, 0), (0, 0)]
+
+
+def test_review_list_shows_the_error_message_not_its_log_decorations(tmp_path: Path) -> None:
+    # vLLM V1 puts 60 characters of decorations before its message (tests/corpus/real,
+    # vllm-unknown-903): the column showed "(EngineCore_DP0 pid=1789245) ERROR 11-19 12:54:26 [core.py:7".
+    line = ("(EngineCore_DP0 pid=1789245) ERROR 11-19 12:54:26 [core.py:710] RuntimeError: Worker failed "
+            "with error 'LoRA rank 32 is greater than max_lora_rank 16.'")
+    captures = tmp_path / "captures"
+    write_bundle(captures / "m" / "20260801T000000Z", make_bundle(f"INFO starting\n{line}"))
+    assert json.loads(invoke("run", str(captures), "--format", "json").output)["review_queued"] == 1
+    (row,) = [r for r in invoke("review", "list", str(captures)).output.splitlines() if "example/" in r]
+    assert row.endswith("  RuntimeError: Worker failed with error 'LoRA rank 32 is grea")
+    # A line that is all decoration is shown as it is, its runs of blanks collapsed.
+    write_bundle(captures / "n" / "20260801T000000Z",
+                 make_bundle({"manifest": {"model": "acme/Other"}, "pt3": {"failure_log_excerpt": "ok\n0.1.42"}}))
+    invoke("run", str(captures))
+    (row,) = [r for r in invoke("review", "list", str(captures)).output.splitlines() if "acme/Other" in r]
+    assert row.endswith("  0.1.42")
