@@ -116,7 +116,9 @@ _SECRETS = (
     (re.compile(r"(?i)(?<![A-Za-z0-9])(ya29\.|GOCSPX-)[0-9A-Za-z_-]{20,}"), r"\1<REDACTED>"),
     (re.compile(r"(?i)(?<![A-Za-z0-9])(?:xox[abeprs]-\d+-|xapp-\d-)[A-Za-z0-9-]{8,}"), "xox-<REDACTED>"),
     (re.compile(r"(?i)(hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]+"), r"\1<REDACTED>"),
-    (re.compile(r"(?i)\b((?:hf|hugging_face_hub|huggingface|github|gh|openai|api)_?(?:token|key))(\s*[=:]\s*)[^\s\"',;\[]+"),
+    # Not None/null/true/false: vLLM and TGI log every argument, "api_key=None" included.
+    (re.compile(r"(?i)\b((?:hf|hugging_face_hub|huggingface|github|gh|openai|api)_?(?:token|key))(\s*[=:]\s*)"
+                r"(?!(?:none|null|true|false)\b)[^\s\"',;\[]+"),
      r"\1\2<REDACTED>"),
     # Any name that ends in a credential word, as an assignment, an environment
     # variable or a logged dict ("OPENAI_API_KEY=sk-...", "'api_key': ['sk-...']",

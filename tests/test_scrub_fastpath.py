@@ -137,6 +137,11 @@ def test_remembered_and_long_texts_scrub_the_same() -> None:
      ["[PAD]", "None", "<s>", "<|eot_id|>"], []),
     ('config {\\"api_key\\": \\"sk-abcdef123456\\", \\"port\\": 1}', ["port"], ["sk-abcdef"]),
     ("SECRET_KEY=abc123 MINIO_SECRET_KEY=xyz789 secret_name=keep", ["secret_name=keep"], ["abc123", "xyz789"]),
+    # An argument dump names every option, unset ones too: nothing was there to hide.
+    ("Namespace(host=None, api_key=None, hf_token=null, github_token=false, ssl_keyfile=None)",
+     ["api_key=None", "hf_token=null", "github_token=false"], ["REDACTED"]),
+    ("HF_TOKEN=None api_key: null", ["HF_TOKEN=None", "api_key: null"], ["REDACTED"]),
+    ("api_key=Nonesuch123 HF_TOKEN=none_of_yours", [], ["Nonesuch123", "none_of_yours"]),
 ])
 def test_credentials_in_the_forms_engines_log_them(text: str, kept: list[str], gone: list[str]) -> None:
     """A list's later items, a quoted value's words after the first, and headers logged
