@@ -207,6 +207,17 @@ def reversed_lines(text: str, chunk: int = TAIL_CHUNK) -> Iterator[str]:
         end = cut
 
 
+# Words that say something failed, in a line that names no exception and has no error
+# tag: "main: couldn't bind HTTP server socket", "error loading model architecture: ...".
+_FAILURE_WORDS = re.compile(r"(?i)\b(?:errors?|failed|failure|fatal|cannot|can't|couldn't|could not|unable|"
+                            r"unsupported|not supported|invalid|abort(?:ed)?|refused|denied|insufficient|"
+                            r"out of memory|terminated|segmentation fault)\b")
+# A match of _FAILURE_WORDS holds one of these (lower-cased).
+_FAILURE_HINTS = ("error", "fail", "fatal", "cannot", "can't", "couldn't", "could not", "unable", "support",
+                  "invalid", "abort", "refused", "denied", "insufficient", "out of memory", "terminated",
+                  "segmentation fault")
+
+
 def _final_error(bundle: Bundle) -> str:
     """The final error line of the error text.
 
@@ -215,7 +226,10 @@ def _final_error(bundle: Bundle) -> str:
     does an exception that only points at the real one ("RuntimeError: Engine
     core initialization failed. See root cause above."), which counts only
     when no exception line comes before it. Without one, the last error-tag
-    line; without that, the last non-blank line.
+    line; without that, the last line with a word saying something failed
+    ("failed", "couldn't", "unsupported", ...), not the version number or the
+    "cleaning up before exit..." a log may end with; without that, the last
+    non-blank line.
     """
     text = error_source(bundle)[1]
     tagged = last = None
@@ -234,7 +248,37 @@ def _final_error(bundle: Bundle) -> str:
             return _exception_before(text, text.rfind(raw)) or line
         if kind == 1 and tagged is None:
             tagged = line
-    return tagged or last or ""
+    if tagged or last is None:
+        return tagged or ""
+    return _failure_line(text) or last
+
+
+def _failure_line(text: str) -> str | None:
+    """The last line of ``text`` with a word saying something failed, or None.
+
+    Only logs without any error line get here. Each word's last place is found with
+    ``rfind`` in the lower-cased text, searched again only once the walk has passed
+    it, and only the lines holding one are matched: a regex over the whole log
+    cost several times the rest of final_error.
+    """
+    low = text.lower()
+    if len(low) != len(text):  # a letter whose lower case is longer ("İ"): the places would not match
+        return next((raw.strip() for raw in reversed_lines(text) if _FAILURE_WORDS.search(raw)), None)
+    end = len(low)
+    last = {word: low.rfind(word) for word in _FAILURE_HINTS}
+    while True:
+        for word, at in last.items():
+            if at >= end:
+                last[word] = low.rfind(word, 0, end)
+        at = max(last.values())
+        if at < 0:
+            return None
+        start = max(low.rfind("\n", 0, at), low.rfind("\r", 0, at)) + 1
+        stops = [s for s in (low.find("\n", at), low.find("\r", at)) if s >= 0]
+        line = text[start:min(stops) if stops else len(text)]
+        if _FAILURE_WORDS.search(line):
+            return line.strip()
+        end = start
 
 
 def _exception_before(text: str, end: int) -> str | None:
@@ -284,7 +328,8 @@ SIGNALS: dict[str, tuple[Callable[[Bundle], Any], str]] = {
     "final_error": (_final_error, "the last line of error_text naming an exception (bare Traceback "
                                   "headers skipped; 'see root cause above' wrappers and IPython "
                                   "traceback headers only when no exception comes before), else its last "
-                                  "error-tag line ([BUG] ..., Error: ...), else its last non-blank line; "
+                                  "error-tag line ([BUG] ..., Error: ...), else its last line saying something "
+                                  "failed (failed, couldn't, unsupported, ...), else its last non-blank line; "
                                   "whole, log decorations included"),
     "boot_ok": (_boot_ok, "pt3.ok as a boolean (null for gate-only bundles)"),
     "download_ok": (_download_ok, "pt2.ok as a boolean (null for gate-only bundles)"),

@@ -111,6 +111,33 @@ def test_lines_that_only_look_like_error_tags_are_not(line: str) -> None:
     assert final_error(f"[BUG] real problem here\n{line}") == "[BUG] real problem here"
 
 
+@pytest.mark.parametrize(("text", "expected"), [
+    # tests/corpus/real, llama.cpp-unknown-902: the goodbye after the failure.
+    (("main: binding port with default address family\n"
+      "main: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080\n"
+      "srv   operator (): operator (): cleaning up before exit..."),
+     "main: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080"),
+    # ollama-drift-901: the version asked for in the issue template.
+    ("I am getting the error `exit status 0xc0000409`. What's wrong?\nOllama version\n0.1.42",
+     "I am getting the error `exit status 0xc0000409`. What's wrong?"),
+    # llama.cpp-drift-003: the loader's own lines name no exception and carry no tag.
+    (("llama_model_load: error loading model architecture: unknown model architecture: 'gemma4'\n"
+      "llama_model_load_from_file_impl: using device CUDA0 - 15074 MiB free"),
+     "llama_model_load: error loading model architecture: unknown model architecture: 'gemma4'"),
+    ("a Failed step\r\nINFO done\r\n", "a Failed step"),
+    # A letter whose lower case is longer does not shift the line found.
+    ("\u0130\u0130\u0130 unsupported dtype\n\u0130\u0130 INFO done", "\u0130\u0130\u0130 unsupported dtype"),
+])
+def test_without_an_error_line_the_last_line_saying_something_failed(text: str, expected: str) -> None:
+    assert final_error(text) == expected
+
+
+@pytest.mark.parametrize("text", ["INFO flash attention supported\nINFO done", "INFO errorless\nINFO done",
+                                  "INFO no failures\nINFO done"])
+def test_a_failure_word_inside_another_word_is_not_one(text: str) -> None:
+    assert final_error(text) == "INFO done"
+
+
 def test_without_any_error_line_the_last_line_is_used() -> None:
     assert final_error("INFO loading\nINFO still loading\n\n") == "INFO still loading"
     assert final_error("Traceback (most recent call last):") == "Traceback (most recent call last):"
