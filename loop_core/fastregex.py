@@ -636,6 +636,13 @@ class TextIndex:
             return None
         return literals & scan.present
 
+    def scanned_without(self, literals: frozenset[str]) -> bool:
+        """Whether a pass of the literal scanner, made already, looked for every one of
+        ``literals`` and found none. Never scans: False when the text was not read."""
+        scan = self._scan
+        return (scan is not None and bool(scan.known) and not scan.unknown_of(literals)
+                and literals.isdisjoint(scan.present))
+
     def holds_any_of(self, literals: frozenset[str], pairs: Iterable[tuple[str, str | None]]) -> bool:
         """:meth:`holds_any` of ``pairs``, whose literals are ``literals``: one set
         operation when the literal scanner has read the text for all of them."""

@@ -12,7 +12,9 @@ Built once per pack, a :class:`RuleIndex` turns that around:
   that starts or ends with a space is filed under the start or end of the
   word it implies (:func:`~loop_core.fastregex.affix_key`), the same way;
 - a rule with a need that has no such word is checked when the walk
-  reaches it, by looking for its literals (each looked for once per text);
+  reaches it, by looking for its literals (each looked for once per text;
+  a ``final_error`` whose log the scanner found none of them in is not
+  even made, see :meth:`View.lacks`);
 - a rule with no known needs (a ``not``, a plugin condition kind, a general
   JSONPath) is always evaluated.
 
@@ -56,7 +58,7 @@ class RuleIndex:
     """The rules of a pack, indexed by the words and literals they need."""
 
     __slots__ = ("size", "_always", "_by_word", "_checked", "_checked_literals", "_checked_by_literal",
-                 "_checked_keys", "_base", "_base_order")
+                 "_checked_keys", "_signals", "_base", "_base_order")
 
     def __init__(self, needs: Sequence[tuple[Need, ...] | None]) -> None:
         """``needs[i]`` are the needs of rule ``i`` (None or empty: always evaluated)."""
@@ -95,6 +97,10 @@ class RuleIndex:
                                     for text, lits in by_literal.items()}
         self._checked_keys = {pos: frozenset(selector.text for selector, _p, _l in groups)
                               for pos, groups in self._checked.items()}
+        # The signal each checked selector of the form $.signal.<name> picks (see _may_hold).
+        self._signals = {selector.text: str(selector.steps[1]) for groups in self._checked.values()
+                         for selector, _p, _l in groups
+                         if selector.steps is not None and len(selector.steps) == 2 and selector.steps[0] == "signal"}
         # The rules every walk looks at (always evaluated, or checked on the way), in order.
         self._base = frozenset(self._always) | frozenset(self._checked)
         self._base_order = tuple(sorted(self._base))
@@ -163,12 +169,22 @@ class RuleIndex:
             key = selector.text
             found = present.get(key, _UNSEEN)
             if found is _UNSEEN:
-                found = present[key] = _occurring(view, selector, self._checked_literals[key])
-                if found is not None:
-                    through = self._checked_by_literal[key]
-                    for literal in found:
-                        passing.update(through[literal])
+                # A signal that a text read already rules out (View.lacks: a final error
+                # whose log holds none of the literals) is not made: decided when it holds
+                # none of the checked rules' literals, else left for a later rule's.
+                signal = self._signals.get(key)
+                if signal is not None and view.lacks(signal, self._checked_literals[key]):
+                    found = present[key] = frozenset()
                     decided.add(key)
+                elif signal is not None and view.lacks(signal, literals):
+                    continue
+                else:
+                    found = present[key] = _occurring(view, selector, self._checked_literals[key])
+                    if found is not None:
+                        through = self._checked_by_literal[key]
+                        for literal in found:
+                            passing.update(through[literal])
+                        decided.add(key)
             if found is not None:
                 if pos in passing:
                     return True

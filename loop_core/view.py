@@ -409,6 +409,31 @@ class View:
             value = self._signals[key] = make(*args)
         return value  # type: ignore[no-any-return]
 
+    def lacks(self, name: str, literals: frozenset[str]) -> bool:
+        """Whether signal ``name``'s text provably holds none of ``literals`` (each
+        lower-cased, as a :class:`~loop_core.fastregex.TextIndex` reads them), said
+        without making the signal; False whenever that is not known.
+
+        ``final_error`` is a line of ``error_text``, and ``error_text`` is a piece
+        of ``all_text`` as written when it is the boot log excerpt or the boot
+        failure (a red smoke detail may be rendered otherwise there); lower-casing
+        a line gives what lower-casing the whole gives there. So when the literal
+        scanner has read ``all_text`` and found none of ``literals``, neither holds
+        one, and a rule walk skips the rules that need one without walking the log
+        back to its final error (a third of vLLM's end in a wrapper that points
+        further up). With no error text at all, both are empty.
+        """
+        if name not in _PIECES_OF_ALL_TEXT or name in self._signals:
+            return False
+        source, text = error_source(self.bundle)
+        if not text:
+            return "" not in literals
+        whole = self._signals.get("all_text")
+        if not whole or source not in _PT3_SOURCES or not isinstance(self.bundle.pt3, dict):
+            return False
+        index = self._indexes.get(id(whole))
+        return index is not None and index.text is whole and index.scanned_without(literals)
+
     def signal(self, name: str) -> Any:
         value = self._signals.get(name, _MISSING)
         if value is _MISSING:
@@ -435,6 +460,8 @@ class View:
 
 
 _FILES = frozenset({"manifest", "pt1", "pt2", "pt3", "pt4", "pt5"})
+_PIECES_OF_ALL_TEXT = frozenset({"final_error", "error_text"})  # see View.lacks
+_PT3_SOURCES = ("excerpt", "failure")  # error sources that all_text holds as written
 _LATEST: list[View | None] = [None]  # see View.of
 # Text indexes one view keeps: the texts of a bundle are a few dozen; more means
 # texts built anew for each search, whose indexes would otherwise pile up.

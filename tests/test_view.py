@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loop_core import litscan
 from loop_core.testing import make_bundle
-from loop_core.view import View, names_exception, reversed_lines
+from loop_core.view import SIGNALS, View, names_exception, reversed_lines
 
 
 def final_error(text: str) -> str:
@@ -252,3 +253,60 @@ def test_names_exception_answers_as_the_plain_pattern(parts: list[str]) -> None:
     """The one-pass check stands in for a pattern that took seconds on one long dotted line."""
     line = "".join(parts)
     assert names_exception(line) == bool(SLOW_EXCEPTION_LINE.search(line))
+
+
+# Pieces of failure texts: exception lines, vLLM's wrapper, letters whose lower case
+# depends on their neighbours (a final sigma), is longer (a dotted capital I) or is
+# ASCII (the Kelvin sign), and every kind of line break.
+_FAILURE_PIECES = st.sampled_from([
+    "ValueError: bad", "ImportError: cannot import name 'x'", "KeyError: 'w'", "INFO starting", " ", "x",
+    "RuntimeError: Engine core initialization failed. See root cause above.", "  raise ValueError(",
+    "Traceback (most recent call last):", "\n", "\r\n", "\r", "\x1c", "\x85", "\u2028", "\u03a3", "A\u03a3",
+    "\u0130", "\u212a", "\u00e9",
+])
+_FAILURES = st.one_of(st.none(), st.lists(_FAILURE_PIECES, max_size=12).map("".join))
+_LOOKED_FOR = ("valueerror", "importerror", "keyerror", "cannot import name ", "error", "root cause", "x", "k",
+               "\u03c3", "\u03c2", "i\u0307", "\u00e9", "a\u03c2")
+
+
+@pytest.mark.skipif(not litscan.available(), reason="ahocorasick_rs is not installed")
+@settings(max_examples=300, deadline=None)
+@given(excerpt=_FAILURES, failure=_FAILURES, download=_FAILURES, smoke=st.one_of(_FAILURES, st.integers()))
+def test_a_signal_said_to_lack_a_literal_never_holds_it(excerpt: str | None, failure: str | None,
+                                                         download: str | None, smoke: str | int | None) -> None:
+    """The rule walk skips a final error's rules on View.lacks' word, without making it."""
+    overrides: dict = {"pt2": {"failure": download}, "pt3": {"failure": failure, "failure_log_excerpt": excerpt}}
+    if smoke is not None:
+        overrides["pt4"] = {"results": {"chat": "red"}, "results_detail": {"chat": smoke}}
+    bundle = make_bundle(overrides)
+    litscan.use_scanner(True)
+    try:
+        scanner = litscan.scanner()
+        assert scanner is not None
+        scanner.seed(_LOOKED_FOR)
+        view = View(bundle)
+        view.index(view.signal("all_text")).scanned()  # read by the scanner, as the Tier-1 signature's search does
+        for name in ("final_error", "error_text"):
+            text = SIGNALS[name][0](bundle).lower()
+            for literal in _LOOKED_FOR:
+                assert not (literal in text and view.lacks(name, frozenset([literal]))), (name, literal)
+    finally:
+        litscan.use_scanner(None)
+
+
+@pytest.mark.skipif(not litscan.available(), reason="ahocorasick_rs is not installed")
+def test_a_final_error_its_log_rules_out_is_not_made() -> None:
+    litscan.use_scanner(True)
+    try:
+        scanner = litscan.scanner()
+        assert scanner is not None
+        scanner.seed(["importerror", "valueerror"])
+        view = View(make_bundle("INFO starting\nValueError: bad\nINFO shutting down"))
+        assert not view.lacks("final_error", frozenset(["importerror"]))  # all_text not read yet: not known
+        view.index(view.signal("all_text")).scanned()
+        assert view.lacks("final_error", frozenset(["importerror"]))
+        assert not view.lacks("final_error", frozenset(["importerror", "valueerror"]))
+        assert "final_error" not in view._signals  # nothing asked for it: it was never made
+        assert View(make_bundle({"pt3": {"failure": None}})).lacks("final_error", frozenset(["x"]))  # no error text
+    finally:
+        litscan.use_scanner(None)
