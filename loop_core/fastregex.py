@@ -503,7 +503,7 @@ def _reach(parsed: Any) -> int | None:
     return lines if lines is not None and lines <= MAX_REACH_LINES else None
 
 
-_NO_SCAN = Scan(frozenset(), {}, (), [])  # a text read while the scanner knew no literal yet
+_NO_SCAN = Scan.of_matches(frozenset(), {}, (), [])  # a text read while the scanner knew no literal yet
 
 
 class TextIndex:

@@ -136,17 +136,28 @@ class Scan:
     __slots__ = ("known", "unknown", "first", "present", "every", "_numbers", "_matches")
 
     def __init__(self, known: frozenset[str], unknown: dict[frozenset[str], tuple[str, ...]],
-                 literals: tuple[str, ...], matches: list[tuple[int, int, int]],
-                 numbers: dict[str, int] | None = None, every: bool = True) -> None:
+                 first: dict[str, int], matches: list[tuple[int, int, int]] | None = None,
+                 numbers: dict[str, int] | None = None) -> None:
+        """A pass that found the literals of ``first`` there; with ``matches`` (and
+        ``numbers``, each literal's number in them), every match it found."""
         self.known = known
         self.unknown = unknown
-        self.every = every
-        self._numbers = numbers if numbers is not None else {lit: i for i, lit in enumerate(literals)}
-        self._matches = matches
+        self.first = first
+        self.present = frozenset(first)
+        self.every = matches is not None
+        self._matches = matches if matches is not None else []
+        self._numbers = numbers if numbers is not None else {}
+
+    @classmethod
+    def of_matches(cls, known: frozenset[str], unknown: dict[frozenset[str], tuple[str, ...]],
+                   literals: tuple[str, ...], matches: list[tuple[int, int, int]],
+                   numbers: dict[str, int] | None = None) -> Scan:
+        """A pass that reported every match, ``(number, start, end)`` of ``literals``."""
         # Matches come in order of where they end, so a literal's earliest start is its
         # first in the list: walking it backwards, the earliest is written last.
-        self.first: dict[str, int] = {literals[number]: start for number, start, _end in reversed(matches)}
-        self.present = frozenset(self.first)
+        first = {literals[number]: start for number, start, _end in reversed(matches)}
+        return cls(known, unknown, first, matches,
+                   numbers if numbers is not None else {lit: i for i, lit in enumerate(literals)})
 
     def unknown_of(self, literals: frozenset[str]) -> tuple[str, ...]:
         """Those of ``literals`` this pass did not look for (computed once per set and build)."""
@@ -172,12 +183,11 @@ class _FirstMatches:
     upper-case letter never occurs in lower-cased text: it is left out, and reported
     absent.)"""
 
-    __slots__ = ("_backend", "_database", "_lengths", "_local", "known", "literals", "numbers", "unknown")
+    __slots__ = ("_backend", "_database", "_lengths", "_local", "known", "literals", "unknown")
 
     def __init__(self, backend: Any, literals: tuple[str, ...]) -> None:
         self._backend = backend
         self.literals = literals = tuple(lit for lit in literals if lit == lit.lower())
-        self.numbers = {lit: i for i, lit in enumerate(literals)}
         self.known = frozenset(literals)
         self.unknown: dict[frozenset[str], tuple[str, ...]] = {}  # see Scan.unknown_of
         self._database = _database(backend, literals)
@@ -192,45 +202,47 @@ class _FirstMatches:
         positions found are counted again in characters; only this database's
         literals were looked for in it."""
         if text.isascii():
-            found = self.matches(text.encode("ascii"))
-            known, unknown = built.known, built.unknown  # no other literal occurs in ASCII text
-        else:
-            try:
-                data = text.encode("utf-8")
-            except UnicodeEncodeError:  # a lone surrogate: find answers
+            ends = self.ends(text.encode("ascii"))
+            if ends is None:
                 return None
-            found = self.matches(data)
-            if found is not None:
-                found = _in_characters(data, found)
-            known, unknown = self.known, self.unknown
-        return None if found is None else Scan(known, unknown, self.literals, found, self.numbers, every=False)
+            literals, lengths = self.literals, self._lengths
+            first = {literals[number]: end - lengths[number] for number, end in ends.items()}
+            return Scan(built.known, built.unknown, first)  # no other literal occurs in ASCII text
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: find answers
+            return None
+        ends = self.ends(data)
+        if ends is None:
+            return None
+        return Scan(self.known, self.unknown, _in_characters(data, ends, self.literals, self._lengths))
 
-    def matches(self, data: bytes) -> list[tuple[int, int, int]] | None:
-        """``(number, start, end)`` of each literal's first match in ``data``; None if
+    def ends(self, data: bytes) -> dict[int, int] | None:
+        """Where each literal's first match in ``data`` ends, by its number; None if
         Hyperscan failed (then ``find`` answers, as without a scanner)."""
         scratch = getattr(self._local, "scratch", None)
-        found: list[tuple[int, int]] = []
+        found: dict[int, int] = {}
         try:
             if scratch is None:
                 scratch = self._local.scratch = self._backend.Scratch(self._database)
             self._database.scan(data, match_event_handler=_on_first_match, context=found, scratch=scratch)
         except Exception:  # noqa: BLE001 - its own error types; a failed scan must not fail a verdict
             return None
-        lengths = self._lengths
-        return [(number, end - lengths[number], end) for number, end in found]
+        return found
 
 
-def _in_characters(data: bytes, found: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-    """``found``'s ``(number, start, end)`` byte offsets in the UTF-8 ``data`` as
-    character offsets (each match is of an ASCII literal: as many characters as bytes)."""
-    out = []
+def _in_characters(data: bytes, ends: dict[int, int], literals: tuple[str, ...],
+                   lengths: tuple[int, ...]) -> dict[str, int]:
+    """Each literal's first start, from where its match ``ends`` in the UTF-8 ``data``,
+    counted in characters (each match is of an ASCII literal: as many characters as bytes)."""
+    out: dict[str, int] = {}
     byte = char = 0
-    for number, start, end in sorted(found, key=lambda m: m[1]):
+    for start, number in sorted((end - lengths[number], number) for number, end in ends.items()):
         if start > byte:
             gap = data[byte:start]
             char += len(gap) if gap.isascii() else len(gap.decode("utf-8"))
             byte = start
-        out.append((number, char, char + end - start))
+        out[literals[number]] = char
     return out
 
 
@@ -294,8 +306,10 @@ def _store(path: Path, data: bytes) -> None:
         pass
 
 
-def _on_first_match(number: int, _start: int, end: int, _flags: int, found: list[tuple[int, int]]) -> None:
-    found.append((number, end))
+def _on_first_match(number: int, _start: int, end: int, _flags: int, found: dict[int, int]) -> None:
+    # Called for every literal a text holds, a dozen a log: only a dict item each, which
+    # is what the text's Scan needs (one match per literal: HS_FLAG_SINGLEMATCH).
+    found[number] = end
 
 
 class _Build:
@@ -421,7 +435,7 @@ class LiteralScanner:
                 matches = built.text.find_matches_as_indexes(low, overlapping=True)
             except UnicodeError:
                 return None  # a lone surrogate in the text: UTF-8 cannot hold it, find can
-        return Scan(built.known, built.unknown, numbered, matches, numbers)
+        return Scan.of_matches(built.known, built.unknown, numbered, matches, numbers)
 
     def _automaton(self, kind: Any, patterns: list[Any], dfa: bool) -> Any:
         backend = self._backend
