@@ -327,6 +327,28 @@ def test_what_workers_send_back_loads_as_it_was(engine: Engine) -> None:
                 assert type(getattr(after, name)) is type(value)
 
 
+def test_a_verdict_is_made_of_its_fields_in_order() -> None:
+    # Classification's __init__ is written out (see its docstring): it must take every
+    # field, in the fields' order (pickled_by_fields calls it so), with its default.
+    import dataclasses
+    import inspect
+
+    from loop_core.verdict import Classification, FailureClass, Tier
+
+    fields = dataclasses.fields(Classification)
+    params = list(inspect.signature(Classification.__init__).parameters.values())[1:]
+    assert [p.name for p in params] == [f.name for f in fields]
+    assert [p.default for p in params] == [inspect.Parameter.empty if f.default is dataclasses.MISSING
+                                           else f.default for f in fields]
+    values = (FailureClass.UNKNOWN, Tier.TIER2, "r", "fp", "sub", False, True, True, 5, {"a": 1}, "v", ("w",),
+              ("s",))
+    verdict = Classification(*values)
+    assert dataclasses.astuple(verdict) == values
+    assert dataclasses.replace(verdict, matched_rule="q").matched_rule == "q"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        verdict.tier = Tier.TIER1  # type: ignore[misc]
+
+
 def test_a_dataclass_with_a_field_outside_init_is_not_pickled_by_fields() -> None:
     import dataclasses
 
