@@ -41,7 +41,7 @@ from .keys import (
 )
 from .pickling import pickled_by_fields
 from .verdict import Classification
-from .view import View
+from .view import View, final_names_exception
 
 __all__ = [
     "BODY_LIMIT",
@@ -342,8 +342,12 @@ def _log_excerpt(bundle: Bundle, substring: str) -> tuple[str, str] | None:
     """
     if len(substring) < SUBSTRING_LIMIT:
         return None  # the substring is the whole text
-    text = error_source(bundle)[1]
     final = View.of(bundle).signal("final_error")
+    if final_names_exception(final):
+        # The exception and its message are in the body already. Scrubbing the log
+        # before it cost each such draft more than all the rest of the draft did.
+        return None
+    text = error_source(bundle)[1]
     end = len(text)
     at = text.rfind(final) if final else -1
     if at >= 0:

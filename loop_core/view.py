@@ -192,6 +192,12 @@ _SOURCE_LINES = ("raise ", "raise(", "except ", "except:", "except(")
 TAIL_CHUNK = 1024  # characters split at a time by reversed_lines
 
 
+def final_names_exception(line: str) -> bool:
+    """Whether a ``final_error`` line names an exception with a message of its own (not
+    one that only points elsewhere, nor an error tag): the line says what failed."""
+    return _error_kind(line) == 2
+
+
 def reversed_lines(text: str, chunk: int = TAIL_CHUNK) -> Iterator[str]:
     """``reversed(text.splitlines())``, splitting only as much of the end as is read.
 

@@ -233,19 +233,29 @@ def test_the_log_up_to_the_final_error_shows_what_failed(engine: Engine) -> None
 def test_the_log_ends_at_the_final_error_and_is_bounded(engine: Engine) -> None:
     noise = "".join(f"INFO step {i} of the loader with a long line of detail to pad it out\n" for i in range(300))
     tail = "".join(f"INFO shutting down worker {i}\n" for i in range(50))
-    excerpt = (noise + "  File \"/home/alice/venv/x.py\", line 3, in load\n    raise ValueError(msg)\n"
-               "ValueError: token=hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567 is refused\n" + tail
-               + "x" * 5000 + "\n")
+    excerpt = (noise + "llama_model_load: reading /home/alice/models/x.gguf\n"
+               "llama_model_load: error loading model: token=hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567 is refused\n"
+               + tail + "x" * 5000 + "\n")
     bundle, verdict, draft, evidence = render(engine, excerpt=excerpt)
     check(bundle, verdict, draft, evidence)
     log = _log_excerpt(bundle, verdict.error_substring)
     assert log is not None
     heading, text = log
-    assert heading == "**Log up to the final error (scrubbed; lines 264-303 of 354):**"
+    assert heading == "**Log up to the final error (scrubbed; lines 263-302 of 353):**"
     lines = text.split("\n")
     assert len(lines) == LOG_LINES and len(text) <= LOG_CHARS
-    assert lines[-1] == "ValueError: token=<REDACTED> is refused" and "/home/alice" not in text
+    assert lines[-1] == "llama_model_load: error loading model: token=<REDACTED> is refused"
+    assert "/home/alice" not in text
     assert "shutting down" not in text
+
+
+def test_no_log_when_the_final_error_is_an_exception_with_its_message(engine: Engine) -> None:
+    # The body shows that line already; scrubbing the log before it cost more than the rest of the draft.
+    noise = "".join(f"INFO step {i} of the loader with a long line of detail to pad it out\n" for i in range(30))
+    bundle, verdict, draft, evidence = render(engine, excerpt=noise + OOM)
+    check(bundle, verdict, draft, evidence)
+    assert len(verdict.error_substring) >= 240 and _log_excerpt(bundle, verdict.error_substring) is None
+    assert "**Log up to" not in draft.body
 
 
 def test_no_log_when_the_substring_is_the_whole_text(engine: Engine) -> None:
