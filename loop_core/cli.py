@@ -7,6 +7,7 @@ pack or plugin); a traceback is never shown to the user.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
@@ -297,25 +298,27 @@ def _emit_texts(texts: Iterable[tuple[bool, str]], fmt: str) -> int:
 
     Both stream: a row is printed when it arrives, never collected. The json
     array is written element by element, byte for byte what
-    ``json.dumps(rows, indent=2, ensure_ascii=False)`` gives.
+    ``json.dumps(rows, indent=2, ensure_ascii=False)`` gives. What a plugin
+    prints while the rows are made goes to stderr: stdout holds the rows only.
     """
     out = sys.stdout
     bad = 0
-    if fmt == "jsonl":
+    with contextlib.redirect_stdout(sys.stderr):
+        if fmt == "jsonl":
+            for unreadable, text in texts:
+                bad += unreadable
+                out.write(text + "\n")
+            out.flush()
+            return bad
+        opening = "[\n  "
         for unreadable, text in texts:
             bad += unreadable
-            out.write(text + "\n")
+            # One level deeper inside the array: every line of the element two more spaces
+            # (JSON strings hold no raw newline, so the only newlines are json's own).
+            out.write(opening + text.replace("\n", "\n  "))
+            opening = ",\n  "
+        out.write("[]\n" if opening == "[\n  " else "\n]\n")
         out.flush()
-        return bad
-    opening = "[\n  "
-    for unreadable, text in texts:
-        bad += unreadable
-        # One level deeper inside the array: every line of the element two more spaces
-        # (JSON strings hold no raw newline, so the only newlines are json's own).
-        out.write(opening + text.replace("\n", "\n  "))
-        opening = ",\n  "
-    out.write("[]\n" if opening == "[\n  " else "\n]\n")
-    out.flush()
     return bad
 
 
@@ -912,30 +915,33 @@ def run(captures: Path, tracker_name: str, repo: str | None, rules: str, catalog
 
     engine = _engine(rules)
     cat = load_catalog(catalog)
-    if dry_run:
-        _tracker_spec(tracker_name, engine.pm)  # a dry run in CI must refuse the name the real run would
-    tracker = None if dry_run else _tracker(tracker_name, captures, repo, engine.pm)
-    bar = None
-    progress = None
-    if sys.stderr.isatty() and fmt == "table":
-        def progress(done: int, total: int) -> None:
-            nonlocal bar
-            if bar is None:
-                bar = click.progressbar(length=total, label="classifying", file=sys.stderr)
-                bar.__enter__()
-            bar.update(1)
-    try:
-        summary = run_captures(captures, engine, tracker, catalog=cat, dry_run=dry_run, jobs=jobs,
-                               rules=rules, progress=progress, batch=batch)
-    finally:
-        if bar is not None:
-            bar.__exit__(None, None, None)
-        if tracker is not None:
-            _close(tracker)
-    _tell_problems(tracker, captures)
+    out = sys.stdout
+    # With --format json, what plugins print on the way goes to stderr: stdout holds the summary only.
+    with contextlib.redirect_stdout(sys.stderr) if fmt == "json" else contextlib.nullcontext():
+        if dry_run:
+            _tracker_spec(tracker_name, engine.pm)  # a dry run in CI must refuse the name the real run would
+        tracker = None if dry_run else _tracker(tracker_name, captures, repo, engine.pm)
+        bar = None
+        progress = None
+        if sys.stderr.isatty() and fmt == "table":
+            def progress(done: int, total: int) -> None:
+                nonlocal bar
+                if bar is None:
+                    bar = click.progressbar(length=total, label="classifying", file=sys.stderr)
+                    bar.__enter__()
+                bar.update(1)
+        try:
+            summary = run_captures(captures, engine, tracker, catalog=cat, dry_run=dry_run, jobs=jobs,
+                                   rules=rules, progress=progress, batch=batch)
+        finally:
+            if bar is not None:
+                bar.__exit__(None, None, None)
+            if tracker is not None:
+                _close(tracker)
+        _tell_problems(tracker, captures)
     data = summary.to_dict()
     if fmt == "json":
-        click.echo(_strict_json(data))
+        click.echo(_strict_json(data), file=out)
         return
     _run_table(captures, data, tracker_name)
 

@@ -12,6 +12,7 @@ instructions (some 15 ms) before the first worker could begin.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import select
@@ -224,6 +225,10 @@ def _serve(fn: Callable[[Any, Engine], Any], engine: Engine, tasks: int, answers
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    # stdout is the parent's, for its rows: what fn prints there would land inside one
+    # (a worker's write is not a whole line). It goes to stderr instead.
+    with contextlib.suppress(OSError):  # no stderr to send it to: stdout, as before
+        os.dup2(2, 1)
     status = 0
     try:
         with open(tasks, "rb") as inbox, open(answers, "wb") as outbox:

@@ -18,6 +18,7 @@ from the pack's directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections import deque
@@ -124,6 +125,8 @@ def _in_order(source: Iterator[T], chunk: int, in_flight: int, send: Callable[[l
 
 def _init(rules: str) -> None:
     global _ENGINE
+    with contextlib.suppress(OSError):  # stdout is the parent's, for its rows: what a plugin prints goes to stderr
+        os.dup2(2, 1)
     _ENGINE = Engine.build(rules)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -361,3 +362,65 @@ def test_a_dataclass_with_a_field_outside_init_is_not_pickled_by_fields() -> Non
 
     with pytest.raises(TypeError, match="outside __init__"):
         pickled_by_fields(Derived)
+
+
+CHATTY_PLUGIN = '''
+import sys
+
+from loop_core import Matcher, Tier, hookimpl
+
+
+def chatter(ctx):
+    # A long line with no newline, then one with: either lands inside a row if it
+    # reaches the command's stdout.
+    print("chatty " * 1000, end="", flush=True)
+    print("chatty plugin done")
+    return None
+
+
+@hookimpl
+def loop_register_matchers(register):
+    register(Matcher("chatty", Tier.TIER2, 1, chatter))
+'''
+
+
+@pytest.fixture
+def chatty_site(tmp_path: Path) -> Path:
+    """A distribution whose matcher prints on every bundle, registered by entry point."""
+    site = tmp_path / "site"
+    info = site / "chatty_plugin-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: chatty-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[loop_rules]\nchatty = chatty_plugin\n")
+    (site / "chatty_plugin.py").write_text(CHATTY_PLUGIN)
+    return site
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [
+    ("classify", "--format", "jsonl", "--jobs", "2"),
+    ("classify", "--format", "json", "--jobs", "2"),
+    ("classify", "--format", "jsonl"),
+    ("classify", "--format", "json"),
+    ("run", "--dry-run", "--format", "json", "--jobs", "2"),
+    ("run", "--dry-run", "--format", "json"),
+])
+def test_what_a_plugin_prints_goes_to_stderr_not_into_the_rows(chatty_site: Path, tmp_path: Path,
+                                                                args: tuple[str, ...]) -> None:
+    from .captures import copy_examples
+
+    captures = tmp_path / "captures"
+    copy_examples(captures)
+    env = {k: v for k, v in os.environ.items() if k != "LOOP_RULES_DISABLE_PLUGIN_AUTOLOAD"}
+    env.update(PYTHONPATH=os.pathsep.join([str(chatty_site), str(ROOT)]), PYTHONUNBUFFERED="1")
+    done = subprocess.run([sys.executable, "-m", "loop_core", *args, str(captures)], check=False,
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert done.returncode == (1 if args[0] == "classify" else 0), done.stderr[-2000:]  # one example is unreadable
+    if "jsonl" in args:
+        rows = [json.loads(line) for line in done.stdout.splitlines()]
+    elif args[0] == "classify":
+        rows = json.loads(done.stdout)
+    else:
+        rows = [json.loads(done.stdout)]
+    assert rows and "chatty" not in done.stdout
+    assert done.stderr.count("chatty plugin done") >= 10  # once per failure classified
