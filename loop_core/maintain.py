@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import site
+import sysconfig
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -63,6 +65,13 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
     pack_dir = Path(pack_dir)
     if not pack_dir.is_dir():
         raise LoopError(f"{pack_dir}: --rules must be a pack directory you can edit")
+    installed = _installed_under(pack_dir)
+    if installed is not None:
+        # The installed copy of a shipped pack (the default pack after `pip install`):
+        # learning worked, and the next upgrade of the package put the old table back.
+        raise LoopError(f"{pack_dir}: is a pack installed with a Python package (under {installed}), which a "
+                        f"reinstall or upgrade replaces, losing what was learned: copy it (cp -r {pack_dir} "
+                        "my-rules), learn into the copy and give classify and run --rules my-rules")
     # Two learns on one pack at once each read the table, added their line and wrote it
     # back: one entry was lost, and a learn undoing its edit could remove the other's
     # file. One at a time, from the first read to the last write.
@@ -94,6 +103,25 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
             raise LoopError(f"{path}: could not add the entry as text ({problem}); the file is as it was: "
                             "write its exact: table as a block mapping (one '<fingerprint>': <class> line each)")
     return True
+
+
+def _installed_under(pack_dir: Path) -> Path | None:
+    """The site-packages directory ``pack_dir`` lies in, if it does."""
+    where = pack_dir.resolve()
+    for root in _install_dirs():
+        if where.is_relative_to(root):
+            return root
+    return None
+
+
+def _install_dirs() -> list[Path]:
+    """Where Python packages are installed: this environment's and the user's site-packages."""
+    paths = sysconfig.get_paths()
+    found = {Path(paths[key]).resolve() for key in ("purelib", "platlib") if key in paths}
+    with contextlib.suppress(AttributeError):  # site may be replaced (embedded interpreters)
+        found.add(Path(site.getusersitepackages()).resolve())
+        found.update(Path(p).resolve() for p in site.getsitepackages())
+    return sorted(found)
 
 
 @contextlib.contextmanager

@@ -529,6 +529,36 @@ def test_learn_into_a_copy_of_a_registered_pack_says_the_name_loads_another(pack
     assert again.exit_code == 0 and again.stderr == "", again.output
 
 
+def test_learn_refuses_the_copy_of_a_pack_a_python_package_installed(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """After `pip install`, `--rules default` is loop_rules/packs/default in site-packages:
+    learning there worked until the next upgrade put the shipped table back."""
+    from loop_core import maintain
+
+    site = tmp_path / "site-packages"
+    installed = site / "loop_rules" / "packs" / "default"
+    shutil.copytree(ROOT / "rules.d", installed)
+    monkeypatch.setattr(maintain, "_install_dirs", lambda: [site.resolve()])
+    before = sorted((p.name, p.read_bytes()) for p in installed.iterdir())
+    bundle_path = write_bundle(tmp_path / "b", make_bundle(NOVEL))
+    result = invoke("learn", str(bundle_path), "--as", "unknown", "--rules", str(installed))
+    assert result.exit_code == 2
+    assert f"{installed}: is a pack installed with a Python package (under {site.resolve()})" in result.output
+    assert "copy it (cp -r" in result.output and "learn into the copy" in result.output
+    assert sorted((p.name, p.read_bytes()) for p in installed.iterdir()) == before
+    # A copy outside it is the way: the same learn goes through.
+    copy = tmp_path / "my-rules"
+    shutil.copytree(installed, copy)
+    assert invoke("learn", str(bundle_path), "--as", "unknown", "--rules", str(copy)).exit_code == 0
+
+
+def test_the_install_directories_are_where_installed_packages_are() -> None:
+    from loop_core import maintain
+
+    assert maintain._installed_under(Path(pluggy.__file__).parent) is not None
+    assert maintain._installed_under(ROOT / "rules.d") is None
+
+
 def test_learn_without_its_pack_directory_says_what_it_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bundle_path = write_bundle(tmp_path / "b", make_bundle(NOVEL))
     monkeypatch.chdir(tmp_path)  # no rules.d here
