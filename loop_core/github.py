@@ -20,9 +20,9 @@ lines, the same three labels, the same verify-before-+1. What differs:
 - creates are paced under GitHub's secondary limits and capped per run;
 - any ``gh`` failure, an unreadable ``gh`` answer included (§8.4.6), degrades
   to the spool (``<captures>/_dedup-queue/<hash>.json``), so nothing is lost;
-  after an outage (timeout, missing ``gh``, a failed label listing, or three
-  failures without an issue or comment getting through) the rest of the run goes
-  straight to the spool.
+  after an outage (timeout, missing ``gh``, a failed label listing, a rate
+  limit, or three failures without an issue or comment getting through) the
+  rest of the run goes straight to the spool.
 """
 
 from __future__ import annotations
@@ -60,6 +60,9 @@ _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 _SAFE_SUBMISSION = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 _ISSUE_URL = re.compile(r"/issues/(\d+)$")
 _OUTAGE = (124, 127)
+# How gh passes on GitHub's limits: "API rate limit exceeded", "You have exceeded a
+# secondary rate limit", "was submitted too quickly" (GraphQL creates), HTTP 429.
+_RATE_LIMITED = re.compile(r"(?i)rate limit|submitted too quickly|\bHTTP 429\b|abuse detection")
 # GitHub's authorAssociation values of people who can write to the repository.
 _WRITERS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
 
@@ -517,7 +520,10 @@ class GitHubTracker:
         else:
             self.problems[f"`gh {step.replace('-', ' ')}` failed (exit {r.returncode}): {said}"] = None
         self._failures += 1
-        if r.returncode in _OUTAGE or step == "label-list" or self._failures >= 3:
+        if (r.returncode in _OUTAGE or step == "label-list" or self._failures >= 3
+                or (not r.ok and _RATE_LIMITED.search(r.stderr or ""))):
+            # A rate limit answers every call alike until it lifts (an hour, for the
+            # primary one): two more creates would only lengthen it.
             self._down = reason
         raise _Degraded(reason)
 

@@ -811,6 +811,31 @@ def test_creates_that_keep_failing_stop_the_run_though_labels_are_made(
     assert len(SpoolTracker(captures).pending()) == 6
 
 
+@pytest.mark.parametrize("said", [
+    "HTTP 403: API rate limit exceeded for user ID 1234567.",
+    "GraphQL: was submitted too quickly (createIssue)",
+    "HTTP 403: You have exceeded a secondary rate limit and have been temporarily blocked.",
+])
+def test_a_rate_limit_spools_the_rest_of_the_run_at_once(gh: FakeGh, captures: Path, fake_clock: FakeClock,
+                                                         failure: Any, said: str) -> None:
+    """A rate limit answers every call alike until it lifts: the run went on to fail two
+    more creates (and make their labels) before it stopped calling gh."""
+    def limited(argv: list[str], timeout: float) -> GhResult:
+        if argv[:2] == ["issue", "create"]:
+            return GhResult(False, 1, "", said)
+        return run_gh(argv, timeout=timeout)
+
+    t = tracker(captures, fake_clock, runner=limited)
+    results = [t.file(*failure(model=f"acme/M{i}-7B")) for i in range(4)]
+    assert [r.action for r in results] == [FileAction.SPOOLED] * 4
+    creates = [c for c in gh.calls() if c[:2] == ["issue", "create"]]
+    assert creates == []  # the runner answered the one create there was; gh itself saw none
+    made = [c[2] for c in gh.calls() if c[:2] == ["label", "create"] and c[2].startswith("loop:dedup-")]
+    assert len(made) == 1
+    assert list(t.problems) == [f"`gh issue create` failed (exit 1): {said}"]
+    assert len(SpoolTracker(captures).pending()) == 4
+
+
 def test_a_run_naming_the_repository_and_one_using_gh_s_default_share_the_lock(
         gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
     """Each name had a lock of its own: a run with --repo and one on gh's default
