@@ -145,9 +145,18 @@ _SECRETS = (
     # "API key: <value>" with a space in the name (wandb's login prompt): only a value
     # shaped like a key (16 or more characters, a digit among them), not "API key: required".
     (re.compile(r"(?i)\b(api key\s*[=:]\s*)(?=[^\s\"',;]*\d)[^\s\"',;]{16,}"), r"\1<REDACTED>"),
+    # An e-mail address: a domain that ends in a label of letters, the whole label (not
+    # the "post" of "post7"). Not a pip spec ("xformers@0.0.22.post7", "vllm@1.2.3.dev":
+    # a domain that starts as a version number does) nor a systemd unit instance
+    # ("getty@tty1.service", "vllm@gpu0.socket"), whose last label is a unit type and
+    # no top-level domain; engine logs and issue bodies hold both, and the version is
+    # what a maintainer needs. A host-only address ("root@localhost.localdomain") is
+    # still one: its local part is a user name, which home directories hide too.
     # The look-behind keeps this linear: without it a long run of letters is tried
     # from every position (quadratic: a 100 KB log line took minutes).
-    (re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}"),
+    (re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@(?!\d+\.\d)[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\."
+                r"(?!(?ai:service|socket|target|timer|path|mount|automount|swap|slice|scope|device)(?!\.?[A-Za-z0-9]))"
+                r"[A-Za-z]{2,}(?!\.?[A-Za-z0-9])"),
      "<EMAIL>"),
     (re.compile(r"(?i)/(?:home|Users)/[^/\s\"'`]+"), "~"),
     (re.compile(r"(?i)\b([A-Z]:\\Users\\)[^\\\s\"']+"), r"~"),

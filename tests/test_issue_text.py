@@ -456,6 +456,32 @@ def test_text_shaped_like_a_key_prefix_stays(text: str) -> None:
     assert sanitize(text.lower()) == text.lower()  # as the error substring shows it
 
 
+@pytest.mark.parametrize("text", [
+    "pip install xformers@0.0.22.post7", "torch@2.1.0+cu121", "vllm@0.6.3.post1 flash-attn@2.5.8.dev",
+    "getty@tty1.service", "ollama@user.service", "systemctl restart vllm@gpu0.service",
+    "vllm@gpu0.socket backup@daily.timer", "Started container@llm.target.",
+])
+def test_pip_specs_and_systemd_units_are_not_addresses(text: str) -> None:
+    # They used to become "<EMAIL>" ("xformers@0.0.22.post7" "<EMAIL>7"): the
+    # version or the unit instance, what a maintainer needs, was lost.
+    assert scrub_secrets(text) == text
+    assert scrub_secrets(text.lower()) == text.lower()
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("mail jane.doe@example.com.", "mail <EMAIL>."),
+    ("x+tag@sub.example.co.uk, a@b.io", "<EMAIL>, <EMAIL>"),
+    ("root@localhost.localdomain", "<EMAIL>"),  # a user name, as home directories hold
+    ("ops@gpu-1.lab.internal", "<EMAIL>"),
+    ("qa@163.com", "<EMAIL>"),  # digits first, but no version
+    ("dev@mail.service.example.com", "<EMAIL>"),  # a unit type, but not the last label
+    ("jane@example.com-based", "<EMAIL>-based"),
+])
+def test_addresses_are_still_scrubbed(text: str, shown: str) -> None:
+    assert scrub_secrets(text) == shown
+    assert scrub_secrets(text.upper()) == shown.upper()
+
+
 def test_secret_split_by_an_invisible_mark_is_still_scrubbed(engine: Engine) -> None:
     secret = SECRETS["hf"]
     for mark in ("\u200e", "\u202e", "\x00", "\x1b", "\u2066"):

@@ -173,3 +173,33 @@ def test_a_line_of_unclosed_credential_lists_does_not_stall_the_scrub() -> None:
         signal.signal(signal.SIGALRM, previous)
     logged = "args: {'api_key': ['sk-live-SECRET0123456789', 'second-secret'], 'port': 8000}"
     assert scrub_secrets(logged) == "args: {'api_key': [<REDACTED>], 'port': 8000}"
+
+
+# One 100 KB line each, shaped to make a pattern try a long stretch from many places.
+HOSTILE_LINES = {
+    "addresses": "a@" * 50_000,
+    "dotted-domain": "x@" + "a." * 50_000 + "1",
+    "version-domain": "x@" + "1.1" * 33_000,
+    "unit-domain": "x@" + "a.service." * 10_000,
+    "label-then-digit": "x@" + "a.bcdefgh7" * 10_000,
+    "no-at": "a." * 50_000,
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_LINES))
+def test_a_hostile_line_does_not_stall_the_scrub(name: str) -> None:
+    """A hang guard, not a speed target: a pattern that tried a long run from each of
+    its positions took minutes on such a line; each takes well under a second."""
+    import signal
+
+    def expired(signum: int, frame: object) -> None:
+        raise TimeoutError(f"scrubbing the {name} line took over 30 s")
+
+    text = HOSTILE_LINES[name]
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(30)
+    try:
+        assert scrub_secrets(text) == plain_scrub(text)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
