@@ -7,7 +7,7 @@ and the same body-tuple verification before any +1.
 
 Text that reaches a tracker is untrusted. Before anything leaves the machine
 it is scrubbed of secrets (Hugging Face, GitHub, AWS, OpenAI, Anthropic,
-Google and Slack keys, credential-named values, e-mail addresses,
+Google, Slack and NVIDIA keys, credential-named values, e-mail addresses,
 home-directory user names), stripped of control and bidi
 characters, and kept inert: mentions are broken, raw HTML is escaped outside
 code, and code fences are longer than any backtick run they hold. Titles fit
@@ -115,6 +115,9 @@ _SECRETS = (
     (re.compile(r"(?i)(?<![A-Za-z0-9_-])AIzaSy[0-9A-Za-z_-]{33}(?![0-9A-Za-z_-])"), "AIza<REDACTED>"),
     (re.compile(r"(?i)(?<![A-Za-z0-9])(ya29\.|GOCSPX-)[0-9A-Za-z_-]{20,}"), r"\1<REDACTED>"),
     (re.compile(r"(?i)(?<![A-Za-z0-9])(?:xox[abeprs]-\d+-|xapp-\d-)[A-Za-z0-9-]{8,}"), "xox-<REDACTED>"),
+    # NVIDIA NGC and build.nvidia.com keys ("nvapi-" and some 64 URL-safe base64
+    # characters), found by their shape alone: NIM users paste them under any name, or none.
+    (re.compile(r"(?i)(?<![A-Za-z0-9_-])nvapi-[A-Za-z0-9_-]{32,}"), "nvapi-<REDACTED>"),
     (re.compile(r"(?i)(hooks\.slack\.com/(?:services|workflows|triggers)/)[A-Za-z0-9/_-]+"), r"\1<REDACTED>"),
     # Not None/null/true/false: vLLM and TGI log every argument, "api_key=None" included.
     (re.compile(r"(?i)\b((?:hf|hugging_face_hub|huggingface|github|gh|openai|api)_?(?:token|key))(\s*[=:]\s*)"
@@ -182,6 +185,7 @@ _SECRET_GUARDS: tuple[tuple[tuple[str, ...], bool], ...] = (
     (("aizasy",), True),
     (("ya29.", "gocspx-"), True),
     (("xox", "xapp-"), True),
+    (("nvapi-",), True),
     (("hooks.slack.com/",), True),
     (("token", "key"), True),
     (("token", "key", "secret", "passw", "credential"), True),

@@ -379,6 +379,7 @@ SECRETS = {
     "slack_app": "xapp-1-A0123SECRET-0123456789012-abcdef",
     "google_oauth": "ya29.a0AfH6SMBxSECRET0123456789",
     "google_client": "GOCSPX-SECRETabcdefghij0123456789",
+    "nvidia": "nvapi-SECRETnvidia0123456789abcdefghijklmnopqrstuvwxyzABCDEFGH_-",
 }
 CONTEXT = {
     "hf": "HF_TOKEN={}",
@@ -402,6 +403,7 @@ CONTEXT = {
     "slack_app": "socket mode refused {}",
     "google_oauth": "request had invalid credentials {} (expired)",
     "google_client": "client_id=123.apps.googleusercontent.com client {}",
+    "nvidia": "nim: 401 Unauthorized for {}",
 }
 
 

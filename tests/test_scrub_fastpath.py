@@ -35,6 +35,7 @@ PIECES = [
     "/home/alice/models", "/Users/Bob/x", "/HOME/carol", "C:\\Users\\dave\\cache", "c:\\users\\",
     "\u212a", "\u017f", "\u0130", "\u0131", "\u200e", "\x00", "\r\n", "\n", " ", "=", ":", "_", "'", '"',
     "RuntimeError: CUDA out of memory", "plain words", "ü", "日本",
+    "nvapi-" + "x1" * 20, "getty@tty1.service", "pkg@0.1.post2", "@1.2", ".socket",
 ]
 
 
@@ -183,6 +184,7 @@ HOSTILE_LINES = {
     "unit-domain": "x@" + "a.service." * 10_000,
     "label-then-digit": "x@" + "a.bcdefgh7" * 10_000,
     "no-at": "a." * 50_000,
+    "nvapi-prefixes": "nvapi-" * 16_000,
 }
 
 
