@@ -136,6 +136,20 @@ _SECRETS = (
     (re.compile(_CREDENTIAL + r"\[)(?=\s*[\"'])[^\]\n]{0,%d}(\])" % LIST_REACH), r"\1<REDACTED>\2"),
     (re.compile(_CREDENTIAL + r")b?\\?(?:\"(?![<\[])[^\"\n]+\"|'(?![<\[])[^'\n]+')"), r"\1'<REDACTED>'"),
     (re.compile(_CREDENTIAL + r")(?![<\[]|(?:none|null|true|false)\b)[^\s\"',;\[\])}]+"), r"\1<REDACTED>"),
+    # Any other name whose last word is "key", or "pass" after another word ("MY_SERVICE_KEY=",
+    # "GROQ_KEY", "'HF_KEY': '...'", "DB_PASS=", a URL's "&key="; not a test's "PASS:"). Those
+    # words end harmless names too ("sort_key=len", "cache_key=None", "missing key:
+    # model.layers.0...", "post_grad_custom_post_pass"), so the value must open like a key:
+    # 16 or more letters, digits and "_+/" or "_+-" (one base64 alphabet or the other, so no
+    # model id, "mistralai/Mixtral-8x7B-v0.1"), a letter and a digit among them, no path. The
+    # rest of the value goes with it, a JWT's dotted parts and base64 padding too. A short
+    # password stays ("DB_PASS=hunter2"); a long hash goes as a key would. "key=8192",
+    # "num_key_value_heads=8" and "key_cache=..." stay as they are.
+    (re.compile(r"(?i)(?<![A-Za-z0-9])((?:key|(?<=[_.-])pass)\\?[\"']?\s*[=:]\s*\\?[\"']?)(?![/<\[])"
+                r"(?:(?=[A-Za-z0-9_+/]*\d)(?=[A-Za-z0-9_+/]*[A-Za-z])[A-Za-z0-9_+/]{16,}|"
+                r"(?=[A-Za-z0-9_+-]*\d)(?=[A-Za-z0-9_+-]*[A-Za-z])[A-Za-z0-9_+-]{16,})"
+                r"[A-Za-z0-9_+/-]*(?:\.[A-Za-z0-9_+/-]{8,})*=*"),
+     r"\1<REDACTED>"),
     # The same as a command-line flag: "--api-key sk-...", "--hf-token=hf_...".
     (re.compile(r"(?i)(--(?:[a-z0-9]+-)*(?:token|api-key|key|secret|password))(\s+|=)([\"']?)(?![-<])"
                 r"[^\s\"']+"),
@@ -191,6 +205,7 @@ _SECRET_GUARDS: tuple[tuple[tuple[str, ...], bool], ...] = (
     (("token", "key", "secret", "passw", "credential"), True),
     (("token", "key", "secret", "passw", "credential"), True),
     (("token", "key", "secret", "passw", "credential"), True),
+    (("key", "pass"), True),
     (("--",), False),
     (("authorization",), True),
     (("bearer",), True),

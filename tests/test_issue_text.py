@@ -380,6 +380,10 @@ SECRETS = {
     "google_oauth": "ya29.a0AfH6SMBxSECRET0123456789",
     "google_client": "GOCSPX-SECRETabcdefghij0123456789",
     "nvidia": "nvapi-SECRETnvidia0123456789abcdefghijklmnopqrstuvwxyzABCDEFGH_-",
+    "service_key": "SECRETsvc0123456789abcdef",
+    "dict_key": "SECRETdict0123456789abcdef",
+    "url_key": "SECRETurl0123456789abcdef",
+    "db_pass": "SECRETpass0123456789xyz",
 }
 CONTEXT = {
     "hf": "HF_TOKEN={}",
@@ -404,6 +408,10 @@ CONTEXT = {
     "google_oauth": "request had invalid credentials {} (expired)",
     "google_client": "client_id=123.apps.googleusercontent.com client {}",
     "nvidia": "nim: 401 Unauthorized for {}",
+    "service_key": "export MY_SERVICE_KEY={}",
+    "dict_key": "env {{'HF_KEY': '{}', 'PORT': '8000'}}",
+    "url_key": "GET /v1/models?alt=json&key={}",
+    "db_pass": "DB_PASS={}",
 }
 
 
@@ -456,6 +464,45 @@ NOT_SECRETS = [
 def test_text_shaped_like_a_key_prefix_stays(text: str) -> None:
     assert sanitize(text) == text
     assert sanitize(text.lower()) == text.lower()  # as the error substring shows it
+
+
+# Credentials as environment variables, flags and config lines in engine logs and the
+# issues users paste them into ("{}" is the secret).
+CREDENTIAL_LINES = [
+    "HF_KEY={}", "MY_SERVICE_KEY={}", "GROQ_KEY={}", "AZURE_OPENAI_KEY={}", "mistral_key={}",
+    "ANTHROPIC_API_KEY={}", "WANDB_API_KEY={}", "  API_KEY: {}", "key={}", "NGC_API_KEY=nvapi-{}",
+    "nvapi-{}", "docker run -e HUGGING_FACE_HUB_TOKEN={} vllm/vllm-openai",
+    "docker run -e HF_TOKEN={} img", "env: {{'HF_KEY': '{}'}}", '{{"SIGNING_KEY": "{}"}}',
+    "DB_PASS={}", "smtp-pass: {}",
+]
+KEY = "abcd1234efgh5678ijkl9012mnop3456"
+
+
+@pytest.mark.parametrize("line", CREDENTIAL_LINES)
+def test_credential_variables_are_scrubbed(line: str) -> None:
+    # A "_KEY" of no known vendor, a bare "key=", a quoted "'HF_KEY':", a "_PASS" and a
+    # bare "nvapi-" key used to stay; the others hold a credential word and stay scrubbed.
+    for text in (line.format(KEY), line.format(KEY).lower(), line.format(KEY.upper())):
+        assert KEY not in scrub_secrets(text).lower(), text
+
+
+# An engine's config dump: names ending in "key", "pass" or "tokens" with values that
+# are no secret, which issues must keep as they are.
+CONFIG_LINES = [
+    "max_num_batched_tokens=8192 num_key_value_heads=8 kv_cache_dtype=fp8_e5m2 key_cache=None",
+    "key=value key=None key=True key=8192 key: null", "skip_special_tokens=True",
+    "bos_token=<s> pad_token: [PAD] eos_token_id=2", "sort_key=len cache_key=model_id",
+    "PASS: tests/test_model_7b_long_context", "missing key: model.layers.31.mlp.gate_proj.weight",
+    "key: mistralai/Mixtral-8x7B-Instruct-v0.1", "'post_grad_custom_post_pass': None",
+    "cache_key=/root/.cache/vllm/torch_compile_cache/1a2b3c4d5e6f7a8b",
+    "KeyError: 'model.embed_tokens.weight'", "monkey=0123456789abcdefgh bypass=0123456789abcdefgh",
+]
+
+
+@pytest.mark.parametrize("text", CONFIG_LINES)
+def test_config_values_that_are_no_secret_stay(text: str) -> None:
+    assert scrub_secrets(text) == text
+    assert scrub_secrets(text.lower()) == text.lower()
 
 
 @pytest.mark.parametrize("text", [

@@ -36,6 +36,7 @@ PIECES = [
     "\u212a", "\u017f", "\u0130", "\u0131", "\u200e", "\x00", "\r\n", "\n", " ", "=", ":", "_", "'", '"',
     "RuntimeError: CUDA out of memory", "plain words", "ü", "日本",
     "nvapi-" + "x1" * 20, "getty@tty1.service", "pkg@0.1.post2", "@1.2", ".socket",
+    "MY_KEY=" + "a1" * 8, "db_pass: '" + "Z9/" * 6, "key=eyJ" + "a1" * 8 + ".", "==",
 ]
 
 
@@ -185,6 +186,11 @@ HOSTILE_LINES = {
     "label-then-digit": "x@" + "a.bcdefgh7" * 10_000,
     "no-at": "a." * 50_000,
     "nvapi-prefixes": "nvapi-" * 16_000,
+    "key-names": "key=" * 25_000,
+    "quoted-key-names": "a_key': '" * 11_000,
+    "key-value-alphabets": "key=" + "a1/-" * 25_000,
+    "dotted-key-value": "key=" + "a1b2c3d4e5f6g7h8." * 6_000,
+    "pass-names": "a_pass=" * 14_000,
 }
 
 
