@@ -190,13 +190,21 @@ SLOW_EXCEPTION_LINE = re.compile(r"\b(?:[A-Za-z_][\w.]*(?:Error|Exception)|Asser
 
 def _kind_without_shortcuts(line: str) -> int:
     """What ``_error_kind`` means, every regex run on every line."""
-    from loop_core.view import _BARE_TRACEBACK, _ERROR_TAG, _POINTS_ELSEWHERE, _SOURCE_LINES, _message
+    from loop_core.view import (
+        _BARE_EXCEPTION,
+        _BARE_TRACEBACK,
+        _ERROR_TAG,
+        _IPYTHON_HEADER,
+        _POINTS_ELSEWHERE,
+        _SOURCE_LINES,
+        _message,
+    )
 
     message = _message(line)
     if _BARE_TRACEBACK.match(message) or message.lstrip().startswith(_SOURCE_LINES):
         return 0
-    if SLOW_EXCEPTION_LINE.search(line):
-        return 3 if _POINTS_ELSEWHERE.search(line) else 2
+    if SLOW_EXCEPTION_LINE.search(line) or _BARE_EXCEPTION.match(message):
+        return 3 if _IPYTHON_HEADER.match(message) or _POINTS_ELSEWHERE.search(line) else 2
     return 1 if _ERROR_TAG.match(message) else 0
 
 
