@@ -1261,6 +1261,35 @@ def _quiet_stdout() -> None:
             pass
 
 
+OUTPUT_ERRORS = "loop_rules.escape"  # the error handler of stdout and stderr, set by main()
+
+
+def _escape_unencodable(error: UnicodeError) -> tuple[str, int]:
+    """What stdout and stderr write for a character they cannot encode: a byte of a
+    name that is not UTF-8 (Python holds it as a lone surrogate) as ``\\xff``, as
+    ``path_text`` writes it everywhere else, and any other character as its escape.
+
+    A folder given on the command line reaches the output as it was typed: with the
+    default ``strict`` a UTF-8 stdout raised, and the command ended as an internal error.
+    """
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    return "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF
+                   else c.encode("ascii", "backslashreplace").decode("ascii")
+                   for c in error.object[error.start:error.end]), error.end
+
+
+def _escape_output() -> None:
+    import codecs
+
+    codecs.register_error(OUTPUT_ERRORS, _escape_unencodable)
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # None: not a text file (a test's capture)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError):  # closed
+                reconfigure(errors=OUTPUT_ERRORS)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``loop-rules`` console script.
 
@@ -1272,6 +1301,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from .envflags import unknown_settings
 
+    _escape_output()
     for problem in unknown_settings():
         click.echo(f"loop-rules: warning: {problem}", err=True)
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:

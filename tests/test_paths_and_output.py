@@ -65,6 +65,34 @@ def test_a_folder_name_that_is_not_utf8_is_classified_filed_and_shown(odd: Path)
     assert b"opened 2; 2 drained" in cli("spool", "replay", spool).stdout
 
 
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse names that are not UTF-8")
+def test_a_captures_folder_or_pack_named_in_bytes_that_are_not_utf8_is_printed_not_a_crash(tmp_path: Path) -> None:
+    """The folder given on the command line reached a UTF-8 stdout as it was: the run's
+    first line, report's "wrote" line and the pack's name in diff, eval, check and
+    explain ended the command with an internal error (status 70) after its work."""
+    captures = tmp_path / os.fsdecode(b"caf\xe9")
+    target = write_bundle(captures / "a" / "1", make_bundle(OOM))
+    pack = tmp_path / os.fsdecode(b"pack\xff")
+    pack.mkdir()
+    (pack / "10-oom.yml").write_text(
+        "- id: oom\n  class: genuine-oom\n  description: CUDA out of memory.\n"
+        "  when: [{select: $.signal.all_text, contains: out of memory}]\n"
+        "  examples: {match: ['out of memory'], no_match: ['ok']}\n", encoding="utf-8")
+    run = cli("run", captures, "--dry-run").stdout
+    assert f"1 bundle(s) under {tmp_path}/caf\\xe9,".encode() in run
+    assert b"wrote " + os.fsencode(tmp_path) + b"/r\\xfe.html" in cli(
+        "report", captures, "--out", tmp_path / os.fsdecode(b"r\xfe.html")).stdout
+    assert b"between default and " in cli("diff", "--rules", pack, captures).stdout
+    cli("diff", "--rules", pack, "--format", "markdown", captures)
+    cli("check", "--rules", pack)
+    cli("explain", "--rules", pack, target)
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "a.yml").write_text("id: a\nengine: vllm\nsource: x\nlabel: genuine-oom\nhard: false\n"
+                                 "split: tune\nrationale: x\nexcerpt: CUDA out of memory\n", encoding="utf-8")
+    assert b"pack\\xff" in cli("eval", "--corpus", cases, "--rules", pack).stdout
+
+
 def test_path_text_escapes_only_what_is_not_utf8() -> None:
     assert path_text("plain/ascii") == "plain/ascii"
     assert path_text("caf\u00e9/\U0001F600") == "caf\u00e9/\U0001F600"
