@@ -42,10 +42,14 @@ class LoopClickError(click.ClickException):
 def _shown(value: Any, keep: str = "") -> str:
     """``value`` as text safe to print to a terminal: a character that is not
     printable (an escape sequence's ESC, a bell), other than those in ``keep``,
-    is written as its escape (``\x1b``), so capture text cannot drive the terminal."""
+    is written as its escape (``\\x1b``), so capture text cannot drive the terminal, and a
+    byte of a file name that is not UTF-8 as ``\\xff``, as ``path_text`` writes it."""
     text = str(value)
     if text.isprintable():
         return text
+    from .bundle import path_text
+
+    text = path_text(text)
     return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 

@@ -93,6 +93,24 @@ def test_a_captures_folder_or_pack_named_in_bytes_that_are_not_utf8_is_printed_n
     assert b"pack\\xff" in cli("eval", "--corpus", cases, "--rules", pack).stdout
 
 
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse names that are not UTF-8")
+def test_a_damaged_state_file_named_in_bytes_that_are_not_utf8_is_named_with_xff(tmp_path: Path) -> None:
+    """The warnings of spool replay, review list and report showed such a byte as
+    \\udcff, the surrogate Python holds it as, where every other output writes \\xff."""
+    captures = tmp_path / "c"
+    write_bundle(captures / "a" / "1", make_bundle())
+    name = os.fsdecode(b"d\xff.json")
+    for state in ("_dedup-queue", "_review-queue"):
+        (captures / state).mkdir()
+        (captures / state / name).write_text("{", encoding="utf-8")
+    replayed = cli("spool", "replay", captures, code=1).stderr.decode("utf-8")
+    listed = cli("review", "list", captures).stderr.decode("utf-8")
+    reported = cli("report", captures, "--out", tmp_path / "r.html").stderr.decode("utf-8")
+    for err in (replayed, listed, reported):
+        assert "queue/d\\xff.json: unreadable file" in err, err
+        assert "udcff" not in err
+
+
 def test_path_text_escapes_only_what_is_not_utf8() -> None:
     assert path_text("plain/ascii") == "plain/ascii"
     assert path_text("caf\u00e9/\U0001F600") == "caf\u00e9/\U0001F600"
