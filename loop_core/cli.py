@@ -802,8 +802,9 @@ def diff(corpus: tuple[Path, ...], new_rules: str, old_rules: str, fmt: str, fai
     elif fmt == "markdown":
         click.echo(report.markdown(), nl=False)
     else:
+        unreadable = f"; {report.unreadable} unreadable, not compared" if report.unreadable else ""
         click.echo(f"{report.bundles} bundle(s): {len(report.changes)} changed between {report.old_pack} "
-                   f"and {report.new_pack}")
+                   f"and {report.new_pack}{unreadable}")
         for (a, b), n in sorted(report.transitions().items()):
             click.echo(f"  {a:20} -> {b:20} {n}")
         for c in report.changes:

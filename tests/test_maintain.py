@@ -325,6 +325,24 @@ def test_diff_lists_changes_with_transitions(pack: Path, tmp_path: Path) -> None
     assert invoke("diff", "--rules", "default", "--fail-on-change", str(corpus)).exit_code == 0
 
 
+def test_the_diff_table_counts_unreadable_bundles_as_the_markdown_does(tmp_path: Path) -> None:
+    """The table left them out: a mistyped or empty corpus (one unreadable bundle,
+    `<path>/manifest.json: missing`) read "1 bundle(s): 0 changed", a clean diff."""
+    corpus = tmp_path / "corpus"
+    write_bundle(corpus / "a" / "1", make_bundle(NOVEL))
+    (corpus / "b" / "1").mkdir(parents=True)
+    (corpus / "b" / "1" / "manifest.json").write_text("{")
+    result = invoke("diff", "--rules", "reference", str(corpus))
+    assert result.exit_code == 0
+    assert result.output.splitlines()[0] == ("2 bundle(s): 0 changed between default and reference; "
+                                             "1 unreadable, not compared")
+    markdown = invoke("diff", "--rules", "reference", "--format", "markdown", str(corpus)).output
+    assert "2 bundles, **0 changed**, 1 unreadable" in markdown
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "; 1 unreadable, not compared" in invoke("diff", "--rules", "reference", str(empty)).output
+
+
 def test_a_newline_in_a_folder_name_keeps_a_markdown_diff_row_whole(pack: Path, tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     write_bundle(corpus / "smol\nlm" / "1", make_bundle(NOVEL))
