@@ -229,6 +229,38 @@ def test_every_run_summary_key_is_documented_in_order() -> None:
     assert list(json.loads(example)) == list(RunSummary().to_dict())
 
 
+def _shown_outputs(command: str) -> list[tuple[str, str]]:
+    """Every output the docs show for ``$ <command>``: (where, the lines up to the block's end)."""
+    found = []
+    for doc in (CLI_MD, DOCS / "workflow.md"):
+        text = doc.read_text(encoding="utf-8")
+        for m in re.finditer(rf"^\$ {re.escape(command)}\n(?P<out>.*?)^```", text, re.DOTALL | re.MULTILINE):
+            found.append((f"{doc.name}:{text.count(chr(10), 0, m.start()) + 1}", m["out"]))
+    return found
+
+
+def test_the_browsing_outputs_shown_are_those_of_the_example_captures(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The review list shown in cli.md and workflow.md kept the log decorations its
+    ERROR column has left out since: the docs show what the commands print after the
+    first `run` over a copy of the example captures."""
+    import shutil
+
+    captures = tmp_path / "pull-captures"
+    for source in (ROOT / "examples" / "pull-captures").iterdir():
+        if not source.name.startswith("_"):
+            shutil.copytree(source, captures / source.name)
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(cli, ["run", "pull-captures"]).exit_code == 0
+    for command in ("review list pull-captures", "tracker list pull-captures"):
+        shown = _shown_outputs(f"loop-rules {command}")
+        assert shown, command
+        printed = runner.invoke(cli, command.split()).output
+        for where, output in shown:
+            assert output == printed, where
+
+
 # -- hooks: documented and tested -------------------------------------------
 
 
