@@ -1129,6 +1129,7 @@ def review_list(captures: Path, fmt: str) -> None:
         click.echo(_strict_json(items))
         return
     click.echo(f"{'DEDUP':12}  {'COUNT':>5}  {'MODEL':40}  ERROR")
+    total = 0
     for item in items:
         error = str(item.get("final_error") or item.get("error_substring") or "")
         # The message, not the log decorations before it: "(EngineCore_DP0 pid=1789245) ERROR
@@ -1136,9 +1137,11 @@ def review_list(captures: Path, fmt: str) -> None:
         error = " ".join(_message(error).split()) or " ".join(error.split())
         occurrences = item.get("occurrences") or []
         count = len(occurrences) if isinstance(occurrences, list) else "?"  # a file edited by hand
+        total += count if isinstance(count, int) else 0
         click.echo(f"{_shown(item.get('dedup_hash'))[:12]:12}  {count:>5}  "
                    f"{_shown(item.get('model_slug'))[:40]:40}  {_shown(error)[:60]}")
-    click.echo(f"\n{len(items)} item(s) waiting for review")
+    # The occurrences are what `run` counts as queued: one entry holds every capture of its failure.
+    click.echo(f"\n{len(items)} item(s) waiting for review ({total} occurrence(s))")
 
 
 @cli.group()

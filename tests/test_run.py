@@ -369,7 +369,7 @@ def test_tracker_list_before_any_run(captures: Path) -> None:
 
 def test_review_list(captures: Path) -> None:
     empty = invoke("review", "list", captures).stdout
-    assert empty.strip().endswith("0 item(s) waiting for review")
+    assert empty.strip().endswith("0 item(s) waiting for review (0 occurrence(s))")
     run_json(captures)
     items = json.loads(invoke("review", "list", captures, "--format", "json").stdout)
     assert len(items) == UNKNOWN
@@ -381,8 +381,22 @@ def test_review_list(captures: Path) -> None:
         assert item["reason"].startswith(("no rule matched", "rule "))
     table = invoke("review", "list", captures).stdout.splitlines()
     assert table[0].split()[:3] == ["DEDUP", "COUNT", "MODEL"]
-    assert table[-1] == f"{UNKNOWN} item(s) waiting for review"
+    assert table[-1] == f"{UNKNOWN} item(s) waiting for review ({UNKNOWN} occurrence(s))"
     assert sum(line.startswith(tuple(i["dedup_hash"] for i in items)) for line in table) == UNKNOWN
+
+
+def test_review_list_counts_the_occurrences_run_queued(captures: Path) -> None:
+    """A second capture of an unknown failure is one more occurrence of its entry: run
+    said "6 newly queued" where review list said "5 item(s)", and nothing in the table's
+    last line told the two apart (tracker list counts issues and occurrences)."""
+    again = captures / "qwen-qwen3-14b" / "20261127T101112Z"
+    shutil.copytree(captures / "qwen-qwen3-14b" / "20261126T101112Z", again)
+    manifest = json.loads((again / "manifest.json").read_text(encoding="utf-8"))
+    manifest["submission_fingerprint"] = "f" * 64
+    (again / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    assert run_json(captures)["review_queued"] == UNKNOWN + 1
+    table = invoke("review", "list", captures).stdout.splitlines()
+    assert table[-1] == f"{UNKNOWN} item(s) waiting for review ({UNKNOWN + 1} occurrence(s))"
 
 
 # -- parallelism and bad input --------------------------------------------------
