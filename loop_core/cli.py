@@ -847,8 +847,9 @@ def report(captures: Path, out: Path, rules: str, catalog: Path | None) -> None:
         if e.errno in SYSTEM_REFUSALS:  # the machine's doing, not the path's: status 74
             raise OSError(e.errno, e.strerror, os.fspath(out)) from e
         raise LoopClickError(f"--out {_shown(out)}: could not write the report: {e.strerror or e}") from e
+    unreadable = f", {len(data.unreadable)} unreadable" if data.unreadable else ""
     click.echo(f"wrote {out} ({data.bundles} bundles, {sum(data.by_class.values())} failures, "
-               f"{len(data.groups)} dedup groups)")
+               f"{len(data.groups)} dedup groups{unreadable})")
 
 
 def _tracker_spec(name: str, pm: Any = None) -> tuple[Any, str]:

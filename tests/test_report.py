@@ -57,6 +57,18 @@ def test_a_report_that_cannot_be_written_is_one_line(captures: Path, tmp_path: P
     assert "internal error" not in result.output and not (tmp_path / "missing").exists()
 
 
+def test_the_line_report_prints_counts_the_unreadable_bundles(captures: Path, tmp_path: Path) -> None:
+    """It left them out: an empty or mistyped folder (one unreadable bundle) read
+    "wrote r.html (1 bundles, 0 failures, 0 dedup groups)", a report of nothing wrong."""
+    result = CliRunner().invoke(cli, ["report", str(captures), "--out", str(tmp_path / "r.html")])
+    assert result.output == "wrote " + str(tmp_path / "r.html") + (
+        " (24 bundles, 20 failures, 12 dedup groups, 1 unreadable)\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = CliRunner().invoke(cli, ["report", str(empty), "--out", str(tmp_path / "e.html")])
+    assert result.output.endswith(" 0 failures, 0 dedup groups, 1 unreadable)\n")
+
+
 def test_report_escapes_bundle_text(tmp_path: Path) -> None:
     captures = tmp_path / "c"
     hostile = "<script>alert(1)</script><img src=x onerror=alert(2)>"
