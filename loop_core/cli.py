@@ -1088,13 +1088,21 @@ def tracker_show(captures: Path, issue: str, fmt: str) -> None:
 
 
 def _open_tracker(captures: Path) -> Any:
-    from .trackers import STATE_DIR, SqliteTracker
+    from .trackers import DEDUP_QUEUE, STATE_DIR, SqliteTracker
 
     path = Path(captures) / STATE_DIR / "tracker.sqlite"
     if not path.exists():
         import shlex
 
-        raise LoopClickError(f"{path}: no tracker yet; run `loop-rules run {shlex.quote(str(captures))}` first")
+        quoted = shlex.quote(str(captures))
+        spool = Path(captures) / DEDUP_QUEUE
+        spooled = 0
+        with contextlib.suppress(OSError):  # no spool, or not a folder: nothing waits there
+            spooled = sum(1 for p in spool.iterdir() if p.suffix == ".json")
+        if spooled:  # a run filed, but into the spool (--tracker spool, or a tracker it could not reach)
+            raise LoopClickError(f"{path}: no tracker yet; {spooled} spool file(s) wait in {spool}: "
+                                 f"`loop-rules spool replay {quoted}` files them into it")
+        raise LoopClickError(f"{path}: no tracker yet; run `loop-rules run {quoted}` first")
     return SqliteTracker(path, readonly=True)
 
 

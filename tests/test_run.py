@@ -367,6 +367,19 @@ def test_tracker_list_before_any_run(captures: Path) -> None:
     assert not (captures / "_loop").exists()
 
 
+def test_tracker_list_after_a_spool_run_points_at_the_spool(captures: Path) -> None:
+    """After `run --tracker spool` it said "no tracker yet; run `loop-rules run X` first",
+    a run the maintainer had just made: the failures wait in the spool, for `spool replay`."""
+    run_json(captures, "--tracker", "spool")
+    for command in (("tracker", "list", captures), ("tracker", "show", captures, "1")):
+        result = invoke(*command, code=2)
+        assert result.stderr == (f"Error: {captures}/_loop/tracker.sqlite: no tracker yet; 12 spool file(s) wait "
+                                 f"in {captures}/_dedup-queue: `loop-rules spool replay {captures}` files them "
+                                 "into it\n")
+    invoke("spool", "replay", captures)
+    assert invoke("tracker", "list", captures).stdout.endswith("12 issue(s), 13 occurrence(s)\n")
+
+
 def test_review_list(captures: Path) -> None:
     empty = invoke("review", "list", captures).stdout
     assert empty.strip().endswith("0 item(s) waiting for review (0 occurrence(s))")
