@@ -1173,10 +1173,14 @@ def spool_replay(captures: Path, tracker_name: str, repo: str | None) -> None:
     """File everything in CAPTURES/_dedup-queue/ into a tracker, exactly once.
 
     A spool file is removed once all of its occurrences landed; an
-    interrupted replay can simply be run again.
+    interrupted replay can simply be run again. Exit status 1 when a file
+    stays spooled: the tracker could not take one of its occurrences (run
+    the replay again later), or the file is damaged (named on stderr, left
+    in place).
 
     \b
     Example:
+        loop-rules spool replay examples/pull-captures
         loop-rules spool replay examples/pull-captures --tracker github --repo acme/llm-rig
     """
     from .trackers import SpoolTracker, replay_spool
@@ -1218,6 +1222,9 @@ def labels() -> None:
 @_guard
 def labels_bootstrap(repo: str | None) -> None:
     """Create the six class:* labels in a GitHub repository (idempotent, needs gh).
+
+    Prints ok or FAILED per class. Exit status 1 when any label could not be
+    created (what gh said is on stderr).
 
     \b
     Example:

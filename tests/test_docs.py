@@ -347,6 +347,19 @@ def test_group_help_and_version() -> None:
     assert result.output.startswith(f"loop-rules, version {loop_core.__version__}\nliteral scanner: ")
 
 
+def test_every_command_with_a_status_1_says_so_in_its_help() -> None:
+    """The table in cli.md lists what status 1 means per command; `spool replay` and
+    `labels bootstrap` kept it to the docs, so a script's author reading --help took
+    a spool left to replay (or a label not made) for a crash, or did not check at all."""
+    text = CLI_MD.read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| 1 |"))
+    commands = sorted(set(re.findall(r"`([a-z]+(?: [a-z]+)?)(?: --[a-z-]+)?`", row)))
+    assert {"classify", "trust", "spool replay", "labels bootstrap", "diff"} <= set(commands), commands
+    for command in commands:
+        shown = " ".join(CliRunner().invoke(cli, [*command.split(), "--help"]).output.split())
+        assert re.search(r"Exit (status )?1 ", shown), command
+
+
 def _commands(group: click.Group = cli, prefix: tuple[str, ...] = ()) -> Iterator[Any]:
     for name, command in sorted(group.commands.items()):
         path = (*prefix, name)
