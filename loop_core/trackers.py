@@ -1034,12 +1034,15 @@ class SqliteTracker:
             return self._issue(ref)
 
     def _issue(self, ref: str) -> dict[str, Any] | None:
-        if _HASH.fullmatch(ref) or not (ref.isascii() and ref.isdigit()):  # isdigit() alone holds for '²' too
+        if not ref.isascii():
+            return None  # neither a number nor a hash; SQLite refuses a name's byte that is not UTF-8
+        if _HASH.fullmatch(ref) or not ref.isdigit():
             # Twelve hex digits are a dedup hash, even all digits (074088267420): never
             # another issue's number.
             found = self._summaries("WHERE i.dedup_hash = ? ORDER BY i.id LIMIT 1", (ref,))
         else:
-            number = int(ref)
+            # Beyond 19 digits no SQLite integer (and beyond 4300 no int() either): no such issue.
+            number = int(ref) if len(ref.lstrip("0")) <= 19 else 2**63
             found = self._summaries("WHERE i.id = ?", (number,)) if number < 2**63 else []
         if not found:
             return None
