@@ -622,6 +622,11 @@ def _spooled(path: Path) -> tuple[IssueDraft, list[Occurrence]] | None:
         if payload.get(name) != expected:
             raise TrackerError(f"{path}: not a would-be issue this version can file: its {name} is "
                                f"{payload.get(name)!r}, not {expected!r}")
+    try:  # JSON can write "\udcff", which no tracker can store (nor hash, in a tuple); loop-rules never does
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise TrackerError(f"{path}: holds a lone surrogate escape, which is not valid Unicode "
+                           "(edited or damaged?)") from None
     try:
         draft = IssueDraft.from_spool(payload)
     except (KeyError, TypeError, ValueError, AttributeError) as e:

@@ -456,6 +456,37 @@ def test_replay_names_each_damaged_spool_file_leaves_it_and_drains_the_rest(tmp_
     assert result.stderr.count("left in the spool") == 3 and "a-no-canonical.json: not a would-be issue" in result.stderr
 
 
+def test_a_spool_file_holding_a_lone_surrogate_is_named_and_left(tmp_path: Path, engine: Engine) -> None:
+    """JSON can write "\\udcff", which neither SQLite nor a UTF-8 request can carry: such a
+    file (edited by hand, or another tool's) ended `spool replay` with an internal error
+    where a damaged file is named and left in place."""
+    from click.testing import CliRunner
+
+    from loop_core.cli import cli
+
+    spool = SpoolTracker(tmp_path)
+    good, occurrence = drafted(engine)
+    spool.file(good, occurrence)
+    queue = tmp_path / "_dedup-queue"
+    good_file = queue / f"{good.dedup_hash}.json"
+    payload = json.loads(good_file.read_text())
+    good_file.unlink()
+    in_tuple = json.loads(json.dumps(payload))
+    in_tuple["canonical"]["tuple_ordered"][0] = "acme/\ud800"
+    damaged = {
+        "a-bundle.json": {**payload, "occurrences": [{**payload["occurrences"][0], "bundle": "x/\udcff"}]},
+        "b-commit.json": {**payload, "occurrences": [{**payload["occurrences"][0], "commit": "\ud800"}]},
+        "c-tuple.json": in_tuple,
+    }
+    for name, doc in damaged.items():
+        (queue / name).write_text(json.dumps(doc), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["spool", "replay", str(tmp_path)])
+    assert result.exit_code == 1, result.output
+    for name in damaged:
+        assert f"{name}: holds a lone surrogate escape, which is not valid Unicode" in result.stderr
+    assert sorted(p.name for p in queue.glob("*.json")) == sorted(damaged)  # left for a person
+
+
 def test_a_spool_file_that_disagrees_with_itself_or_is_anothers_is_left_alone(tmp_path: Path,
                                                                                engine: Engine) -> None:
     """Such files used to be filed: a newer schema or another kind as if ours, an empty
