@@ -639,19 +639,25 @@ def eval_(corpus: Path, rules: str, split: str, compare_with: str | None, fmt: s
     reports = [evaluate(_engine(rules), cases, split)]
     if compare_with:
         reports.append(evaluate(_engine(compare_with, "--compare"), cases, split))
+    # Named as the user named them, as diff does: a working copy of rules.d is called
+    # `default` by its pack.yml, as the pack it is compared with.
+    for r, given in zip(reports, (rules, compare_with)):
+        r.pack = str(given)
     if fmt == "json":
         click.echo(json.dumps([r.to_dict() for r in reports], indent=2))
         return
     click.echo(f"{len(cases)} case(s), split {split}")
     # Each pack's cell: its name, then P, R and F1 right-aligned under their headings.
-    header = f"{'class':20}" + "".join(f" | {r.pack[:12]:12} {'P':>5} {'R':>5} {'F1':>5}" for r in reports)
+    widths = [max(12, len(r.pack)) for r in reports]
+    header = f"{'class':20}" + "".join(f" | {r.pack:{w}} {'P':>5} {'R':>5} {'F1':>5}" for r, w in zip(reports, widths))
     click.echo(header + " | support")
     for cls, row in reports[0].per_class().items():
-        cells = "".join(f" | {'':12} {r.per_class()[cls]['precision']:5.2f} {r.per_class()[cls]['recall']:5.2f} "
-                        f"{r.per_class()[cls]['f1']:5.2f}" for r in reports)
+        cells = "".join(f" | {'':{w}} {r.per_class()[cls]['precision']:5.2f} {r.per_class()[cls]['recall']:5.2f} "
+                        f"{r.per_class()[cls]['f1']:5.2f}" for r, w in zip(reports, widths))
         click.echo(f"{cls:20}{cells} | {row['support']}")
     for label, attr in (("macro-F1", "macro_f1"), ("accuracy", "accuracy"), ("hard accuracy", "hard_accuracy")):
-        click.echo(f"{label:20}" + "".join(f" | {_measure(getattr(r, attr)):>30}" for r in reports))
+        click.echo(f"{label:20}" + "".join(f" | {_measure(getattr(r, attr)):>{w + 18}}"
+                                           for r, w in zip(reports, widths)))
     for r in reports:
         click.echo(f"\nmisses of {r.pack} ({len(r.misses)}):")
         for miss in r.misses:

@@ -434,6 +434,30 @@ def test_eval_table_columns_line_up() -> None:
         assert rows[0][end - 1].isdigit() and rows[0][end] == " ", (heading, rows[0])
 
 
+def test_eval_names_each_pack_as_given_so_a_working_copy_is_told_from_the_default(tmp_path: Path) -> None:
+    """A copy of rules.d is still called `default` by its pack.yml: `eval --rules rules.d
+    --compare default`, the check of a rule change, showed two columns headed "default"
+    and two lists of "misses of default". diff names the packs as they were given."""
+    import shutil
+
+    copy = tmp_path / "my-working-copy-of-rules.d"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "rules.d", copy)
+    (tmp_path / "a.yml").write_text(CASE.format(id="c1", hard="false", excerpt="CUDA out of memory"))
+    result = invoke("eval", "--corpus", str(tmp_path), "--rules", str(copy), "--compare", "default")
+    assert result.exit_code == 0, result.output
+    header = result.output.splitlines()[1]
+    assert f"| {copy} " in header and "| default " in header, header
+    assert f"misses of {copy} (0):" in result.output and "misses of default (0):" in result.output
+    lines = result.output.splitlines()
+    bars = [i for i, c in enumerate(header) if c == "|"]
+    for line in lines[2:11]:  # the six classes, then macro-F1, accuracy and hard accuracy (no support)
+        found = [i for i, c in enumerate(line) if c == "|"]
+        assert found == bars[:len(found)] and len(found) >= 2, line
+    report = json.loads(invoke("eval", "--corpus", str(tmp_path), "--rules", str(copy), "--compare", "default",
+                               "--format", "json").output)
+    assert [r["pack"] for r in report] == [str(copy), "default"]
+
+
 CASE = "id: {id}\nengine: vllm\nsource: s\nlabel: genuine-oom\nhard: {hard}\nsplit: tune\nrationale: r\n" \
        "excerpt: '{excerpt}'\n"
 
