@@ -142,13 +142,28 @@ def _run_chunk(fn: Callable[[Any, Engine], Any], chunk: list[Any]) -> list[Any]:
 def _answer(future: Future[list[R]]) -> list[R]:
     """A chunk's answer; a worker that died (killed, out of memory) or could not start
     is a :class:`WorkerError`, as where workers are forked, not the pool's own error."""
+    with _broken_pool():
+        return future.result()
+
+
+@contextlib.contextmanager
+def _broken_pool() -> Iterator[None]:
+    """The pool's BrokenProcessPool as a :class:`WorkerError`: raised by a chunk's answer,
+    or by the next chunk's submit when the pool broke first."""
     from concurrent.futures.process import BrokenProcessPool
 
     try:
-        return future.result()
+        yield
     except BrokenProcessPool as e:
         raise WorkerError(f"a worker process ended before answering, or could not start "
                           f"(killed, out of memory?): {e}") from e
+
+
+def _submitter(pool: Any, fn: Callable[[Any, Engine], Any]) -> Callable[[list[Any]], Any]:
+    def send(batch: list[Any]) -> Any:
+        with _broken_pool():
+            return pool.submit(_run_chunk, fn, batch)
+    return send
 
 
 def _executor_map(fn: Callable[[T, Engine], R], source: Iterator[T], rules: str, jobs: int,
@@ -159,8 +174,7 @@ def _executor_map(fn: Callable[[T, Engine], R], source: Iterator[T], rules: str,
 
     pool = ProcessPoolExecutor(max_workers=jobs, initializer=_init, initargs=(rules,))
     try:
-        yield from _in_order(source, chunk, jobs * window, lambda batch: pool.submit(_run_chunk, fn, batch),
-                             _answer)
+        yield from _in_order(source, chunk, jobs * window, _submitter(pool, fn), _answer)
     finally:
         # An abandoned iteration (an error in the caller, a closed generator) stops the pool.
         pool.shutdown(wait=True, cancel_futures=True)
