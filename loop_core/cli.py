@@ -1129,9 +1129,15 @@ def review() -> None:
 def review_list(captures: Path, fmt: str) -> None:
     """List CAPTURES/_review-queue/ entries: dedup hash, model, occurrences, error.
 
+    An entry leaves the queue once a maintainer decides it: `loop-rules learn
+    --review HASH --captures CAPTURES --as CLASS` pins its class (unknown
+    too: it is then dismissed), or a new rule decides it and the next run
+    takes out what the pack now decides.
+
     \b
     Example:
         loop-rules review list examples/pull-captures
+        loop-rules review list --format json examples/pull-captures
     """
     from .trackers import ReviewQueue
     from .view import _message  # a line without its log decorations

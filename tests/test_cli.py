@@ -575,3 +575,11 @@ def test_explain_on_a_folder_of_bundles_names_them() -> None:
     assert result.exit_code == 2
     assert ("examples/pull-captures/qwen-qwen3-14b: a folder of 1 bundle(s), not a bundle; give one of them: "
             "examples/pull-captures/qwen-qwen3-14b/20261126T101112Z") in result.output
+
+
+def test_review_list_help_says_how_an_entry_leaves_the_queue() -> None:
+    """It listed the entries and stopped there: what a maintainer does with one (learn
+    --review, or a rule the next run applies) was only in the docs."""
+    shown = " ".join(invoke("review", "list", "--help").output.split())
+    assert "loop-rules learn --review HASH --captures CAPTURES --as CLASS" in shown
+    assert "the next run takes out" in shown
