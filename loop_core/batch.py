@@ -56,6 +56,8 @@ def discover_bundles(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
     A symbolic link to a directory is followed, but a directory reached
     through links is searched only once (a link to an ancestor ends there).
     A path given explicitly that holds neither is reported as a bundle.
+    Paths that overlap (a folder and a bundle inside it, one folder twice)
+    yield each bundle once, where it is first found.
     """
     return map(Path, discover_bundle_paths(paths))
 
@@ -64,8 +66,39 @@ def discover_bundle_paths(paths: Iterable[str | os.PathLike[str]]) -> Iterator[s
     """:func:`discover_bundles` as plain strings (each as ``str(path)`` of the
     ``Path`` it yields), for callers that pass them on: a pass over 10,000
     bundles makes no ``Path`` objects."""
-    for raw in paths:
-        top = os.fspath(Path(raw))  # normalised once, as a Path would show it
+    tops = [os.fspath(Path(raw)) for raw in paths]  # normalised once, as a Path would show it
+    if _overlapping(tops):
+        # A bundle reached from two of the paths was classified, counted and compared twice.
+        return _once(_walk(tops))
+    return _walk(tops)
+
+
+def _where(path: str) -> str:
+    return os.path.normcase(os.path.abspath(path))
+
+
+def _overlapping(tops: list[str]) -> bool:
+    """Whether one of ``tops`` is another, or inside another, as written (no links
+    are resolved: a shell glob of 10,000 bundles costs no system call here)."""
+    if len(tops) < 2:
+        return False
+    # Sorted by their parts, a folder is followed by what lies inside it (if anything
+    # does): comparing neighbours is enough.
+    parts = sorted(tuple(part for part in _where(top).split(os.sep) if part) for top in tops)
+    return any(later[:len(earlier)] == earlier for earlier, later in zip(parts, parts[1:]))
+
+
+def _once(found: Iterator[str]) -> Iterator[str]:
+    seen: set[str] = set()
+    for path in found:
+        where = _where(path)
+        if where not in seen:
+            seen.add(where)
+            yield path
+
+
+def _walk(tops: list[str]) -> Iterator[str]:
+    for top in tops:
         if not os.path.isdir(top):
             yield top
             continue

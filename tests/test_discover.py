@@ -55,6 +55,22 @@ def test_the_string_paths_are_what_the_path_objects_show(tmp_path: Path,
     assert list(discover_bundle_paths(["a-model/"])) == [os.path.join("a-model", "20260101T000000Z")]
 
 
+def test_overlapping_paths_give_each_bundle_once_where_first_found(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`classify captures captures/m/1` classified, counted and compared m/1 twice."""
+    one = _bundle(tmp_path / "captures" / "m" / "1")
+    two = _bundle(tmp_path / "captures" / "m" / "2")
+    other = _bundle(tmp_path / "captures spare" / "m" / "1")  # a sibling whose name starts alike
+    monkeypatch.chdir(tmp_path)
+    assert list(discover_bundles(["captures", "captures/m/1"])) == [Path("captures/m/1"), Path("captures/m/2")]
+    assert list(discover_bundles(["captures/m/2", "./captures", str(one)])) == [
+        Path("captures/m/2"), Path("captures/m/1")]
+    assert list(discover_bundles(["captures", "captures"])) == [Path("captures/m/1"), Path("captures/m/2")]
+    assert list(discover_bundles(["captures/m/1", "captures spare"])) == [Path("captures/m/1"), Path("captures spare/m/1")]
+    # Paths that do not overlap are walked as they come, with nothing to remember.
+    assert list(discover_bundles([one, two, other])) == [one, two, other]
+
+
 def test_symbolic_links_to_folders_are_followed_once(tmp_path: Path) -> None:
     top = tmp_path / "captures"
     own = _bundle(top / "real" / "1")
