@@ -894,7 +894,7 @@ def _tracker(name: str, captures: Path, repo: str | None, pm: Any = None) -> Any
               help="Where failures are filed: sqlite (embedded, <captures>/_loop/tracker.sqlite), "
                    "github (gh CLI, needs --repo or a gh default repo), spool (offline files), or one "
                    "a plugin registers.")
-@click.option("--repo", default=None, metavar="OWNER/NAME", help="GitHub repository for --tracker github.")
+@click.option("--repo", default=None, metavar="OWNER/NAME", help="GitHub repository for --tracker github (sqlite and spool refuse it).")
 @rules_option
 @click.option("--catalog", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Curated-model catalog for the trust pipeline.")
@@ -1179,7 +1179,7 @@ def spool() -> None:
 @click.argument("captures", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--tracker", "tracker_name", default="sqlite", show_default=True, metavar="NAME",
               help="Tracker to drain the spool into: sqlite, github, or one a plugin registers.")
-@click.option("--repo", default=None, metavar="OWNER/NAME", help="GitHub repository for --tracker github.")
+@click.option("--repo", default=None, metavar="OWNER/NAME", help="GitHub repository for --tracker github (sqlite and spool refuse it).")
 @_guard
 def spool_replay(captures: Path, tracker_name: str, repo: str | None) -> None:
     """File everything in CAPTURES/_dedup-queue/ into a tracker, exactly once.

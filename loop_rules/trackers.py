@@ -19,13 +19,25 @@ if TYPE_CHECKING:
 def _sqlite(options: TrackerOptions) -> Tracker:
     from loop_core.trackers import SqliteTracker
 
+    _no_repo(options, "sqlite", "its SQLite file under <captures>/_loop/")
     return SqliteTracker.for_captures(options.captures)
 
 
 def _spool(options: TrackerOptions) -> Tracker:
     from loop_core.trackers import SpoolTracker
 
+    _no_repo(options, "spool", "files under <captures>/_dedup-queue/")
     return SpoolTracker(options.captures)
+
+
+def _no_repo(options: TrackerOptions, name: str, where: str) -> None:
+    """A --repo given to a tracker that files locally: most likely --tracker github was
+    left out, and the failures meant for that repository went quietly into a file."""
+    if options.repo is not None:
+        from loop_core import LoopError
+
+        raise LoopError(f"--repo {options.repo}: the {name} tracker files into {where} and takes no "
+                        "repository; give --tracker github to file into GitHub")
 
 
 def _github(options: TrackerOptions) -> Tracker:
