@@ -824,13 +824,15 @@ def diff(corpus: tuple[Path, ...], new_rules: str, old_rules: str, fmt: str, fai
 
 @cli.command()
 @click.argument("captures", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=Path("report.html"),
-              show_default=True, help="Where to write the HTML page.")
+# A str, not a Path: Path("./-") is Path("-"), and ./- is how a file named - is given.
+@click.option("--out", "out", type=click.Path(dir_okay=False), default="report.html",
+              show_default=True, help="Where to write the HTML page; - writes it to stdout (and the line "
+                                      "counting the bundles to stderr). A file named - is ./-.")
 @rules_option
 @click.option("--catalog", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="Curated-model catalog for the trust funnel.")
 @_guard
-def report(captures: Path, out: Path, rules: str, catalog: Path | None) -> None:
+def report(captures: Path, out: str, rules: str, catalog: Path | None) -> None:
     """Write a self-contained HTML triage report of CAPTURES.
 
     Counts by class, the top dedup groups, the OOM measured-vs-predicted delta,
@@ -840,22 +842,38 @@ def report(captures: Path, out: Path, rules: str, catalog: Path | None) -> None:
     \b
     Example:
         loop-rules report examples/pull-captures --out triage.html
+        loop-rules report examples/pull-captures --out - > triage.html
     """
     from .catalog import load_catalog
     from .report import collect_triage, render_html
 
-    data = collect_triage(captures, _engine(rules), load_catalog(catalog))
+    to_stdout = out == "-"
+    # With --out -, stdout holds the page alone: what plugins print on the way goes to stderr.
+    with contextlib.redirect_stdout(sys.stderr) if to_stdout else contextlib.nullcontext():
+        data = collect_triage(captures, _engine(rules), load_catalog(catalog))
     for problem in data.review_problems:
         click.echo(f"loop-rules: warning: skipped {_shown(problem)}", err=True)
-    try:
-        out.write_text(render_html(data), encoding="utf-8")
-    except OSError as e:
-        if e.errno in SYSTEM_REFUSALS:  # the machine's doing, not the path's: status 74
-            raise OSError(e.errno, e.strerror, os.fspath(out)) from e
-        raise LoopClickError(f"--out {_shown(out)}: could not write the report: {e.strerror or e}") from e
+    page = render_html(data)
+    if to_stdout:
+        stream = getattr(sys.stdout, "buffer", None)  # None: not a text file (a test's capture)
+        if stream is None:
+            sys.stdout.write(page)
+        else:
+            stream.write(page.encode("utf-8"))  # the page says charset utf-8, whatever the locale's encoding
+        (stream or sys.stdout).flush()
+    else:
+        try:
+            Path(out).write_text(page, encoding="utf-8")
+        except OSError as e:
+            if e.errno in SYSTEM_REFUSALS:  # the machine's doing, not the path's: status 74
+                raise OSError(e.errno, e.strerror, os.fspath(out)) from e
+            raise LoopClickError(f"--out {_shown(out)}: could not write the report: {e.strerror or e}") from e
     unreadable = f", {len(data.unreadable)} unreadable" if data.unreadable else ""
-    click.echo(f"wrote {out} ({data.bundles} bundles, {sum(data.by_class.values())} failures, "
-               f"{len(data.groups)} dedup groups{unreadable})")
+    # The counts say whether the page is worth reading (a mistyped CAPTURES is one unreadable
+    # bundle): on stderr when the page is on stdout, so a pipe gets the page alone.
+    click.echo(f"wrote {'the report to stdout' if to_stdout else out} ({data.bundles} bundles, "
+               f"{sum(data.by_class.values())} failures, {len(data.groups)} dedup groups{unreadable})",
+               err=to_stdout)
 
 
 def _tracker_spec(name: str, pm: Any = None) -> tuple[Any, str]:

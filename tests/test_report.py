@@ -175,3 +175,18 @@ def test_a_report_on_a_full_disk_is_a_system_error(tmp_path: Path) -> None:
                              "--out", "/dev/full"], cwd=root, capture_output=True, text=True, check=False)
     assert result.returncode == 74
     assert result.stderr.splitlines()[-1] == "loop-rules: system error: No space left on device: /dev/full"
+
+
+def test_report_out_dash_writes_the_page_to_stdout(captures: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--out -` wrote a file named `-`: piped into a mailer or a CI artifact, the page
+    goes to stdout alone, and the line that counts the bundles to stderr."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["report", str(captures), "--out", "-"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("<!doctype html>") and result.stdout.endswith("</html>\n")
+    assert result.stderr == "wrote the report to stdout (24 bundles, 20 failures, 12 dedup groups, 1 unreadable)\n"
+    assert not (tmp_path / "-").exists()
+    # A file named `-` is still one path away.
+    result = CliRunner().invoke(cli, ["report", str(captures), "--out", "./-"])
+    assert result.exit_code == 0 and (tmp_path / "-").read_text().startswith("<!doctype html>")
