@@ -1086,11 +1086,18 @@ def tracker_list(captures: Path, fmt: str) -> None:
 @format_option("text", "json")
 @_guard
 def tracker_show(captures: Path, issue: str, fmt: str) -> None:
-    """Show one issue (by number or dedup hash): labels, body and occurrences.
+    """Show one issue: labels, body and occurrences.
+
+    ISSUE is an issue number (7 or #7) or a dedup hash, in either case, whole
+    or its first 6 digits or more (a prefix that starts several hashes is an
+    error naming them). Digits alone are a number, unless there are twelve
+    of them or no issue has that number. The hash of an unknown failure is
+    no issue: such failures wait in the review queue (loop-rules review list).
 
     \b
     Example:
         loop-rules tracker show examples/pull-captures 1
+        loop-rules tracker show examples/pull-captures 68d619
     """
     db = _open_tracker(captures)
     try:
@@ -1098,7 +1105,7 @@ def tracker_show(captures: Path, issue: str, fmt: str) -> None:
     finally:
         db.close()
     if found is None:
-        raise LoopClickError(f"{captures}: no issue {issue!r} in the tracker")
+        raise LoopClickError(f"{captures}: no issue {issue!r} in the tracker{_not_an_issue(captures, issue)}")
     if fmt == "json":
         click.echo(_strict_json(found))
         return
@@ -1109,6 +1116,34 @@ def tracker_show(captures: Path, issue: str, fmt: str) -> None:
     click.echo("\noccurrences:")
     for occ in found["occurrence_list"]:
         click.echo(f"  {_shown(occ['utc_ts'])}  {_shown(occ['submission'][:16])}  {_shown(occ['bundle'])}")
+
+
+def _not_an_issue(captures: Path, ref: str) -> str:
+    """What else ``ref``, which names no issue, may be: the review-queue entry of an
+    unknown failure (queued, never filed), or a hash prefix too short to name one."""
+    import re
+    import shlex
+
+    from .trackers import MIN_HASH_PREFIX, ReviewQueue
+
+    text = ref.strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{1,12}", text):
+        return ""
+    queue = ReviewQueue(captures).directory
+    if len(text) >= MIN_HASH_PREFIX:
+        with contextlib.suppress(OSError):  # no queue, or not a folder: nothing waits there
+            entries = sorted(p for p in queue.glob(f"{text}*.json") if re.fullmatch(r"[0-9a-f]{12}", p.stem))
+            listed = f"`loop-rules review list {shlex.quote(str(captures))}` lists them"
+            if len(entries) == 1:
+                return (f": it is review-queue entry {entries[0].stem}, {entries[0]} (unknown failures wait "
+                        f"there, not filed); {listed}")
+            if entries:
+                return (f": review-queue entries {', '.join(p.stem for p in entries)} start with it (unknown "
+                        f"failures wait there, not filed); {listed}")
+        return ""
+    if text.isdigit():
+        return ""
+    return f" (a dedup hash prefix needs at least {MIN_HASH_PREFIX} digits)"
 
 
 def _open_tracker(captures: Path) -> Any:

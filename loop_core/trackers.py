@@ -849,6 +849,8 @@ CREATE INDEX IF NOT EXISTS occurrences_by_issue ON occurrences (issue_id);
 
 
 _HASH = re.compile(r"[0-9a-f]{12}")
+MIN_HASH_PREFIX = 6  # the fewest digits of a dedup hash that name an issue (1 in 16.7 million)
+_HASH_PREFIX = re.compile(rf"[0-9a-f]{{{MIN_HASH_PREFIX},11}}")
 
 
 def _now() -> str:
@@ -1034,21 +1036,32 @@ class SqliteTracker:
         return [dict(zip(keys, r)) for r in rows]
 
     def issue(self, ref: str) -> dict[str, Any] | None:
-        """One issue by number or by dedup hash (its first issue), with labels and occurrences."""
+        """One issue, with labels and occurrences; None when no issue is ``ref``.
+
+        ``ref`` is an issue number (``7`` or ``#7``), or a dedup hash in either case,
+        whole or its first :data:`MIN_HASH_PREFIX` digits or more (a hash's first issue).
+        Digits alone are a number, unless there are twelve of them or no issue has that
+        number.
+
+        :raises TrackerError: the prefix starts the hashes of several issues (named).
+        """
         with self._errors_named():
             return self._issue(ref)
 
     def _issue(self, ref: str) -> dict[str, Any] | None:
         if not ref.isascii():
             return None  # neither a number nor a hash; SQLite refuses a name's byte that is not UTF-8
-        if _HASH.fullmatch(ref) or not ref.isdigit():
+        text = ref.strip().lower()
+        if text.startswith("#"):  # the number as the list and the titles write it
+            found = self._numbered(text[1:]) if text[1:].isdigit() else []
+        elif _HASH.fullmatch(text):
             # Twelve hex digits are a dedup hash, even all digits (074088267420): never
             # another issue's number.
-            found = self._summaries("WHERE i.dedup_hash = ? ORDER BY i.id LIMIT 1", (ref,))
+            found = self._summaries("WHERE i.dedup_hash = ? ORDER BY i.id LIMIT 1", (text,))
         else:
-            # Beyond 19 digits no SQLite integer (and beyond 4300 no int() either): no such issue.
-            number = int(ref) if len(ref.lstrip("0")) <= 19 else 2**63
-            found = self._summaries("WHERE i.id = ?", (number,)) if number < 2**63 else []
+            found = self._numbered(text) if text.isdigit() else []
+            if not found and _HASH_PREFIX.fullmatch(text):
+                found = self._prefixed(text)
         if not found:
             return None
         base = found[0]
@@ -1061,6 +1074,22 @@ class SqliteTracker:
                 "SELECT submission, utc_ts, bundle, recorded_at FROM occurrences WHERE issue_id = ? "
                 "ORDER BY recorded_at, submission", (issue_id,))]
         return base
+
+    def _numbered(self, digits: str) -> list[dict[str, Any]]:
+        # Beyond 19 digits no SQLite integer (and beyond 4300 no int() either): no such issue.
+        number = int(digits) if len(digits.lstrip("0")) <= 19 else 2**63
+        return self._summaries("WHERE i.id = ?", (number,)) if number < 2**63 else []
+
+    def _prefixed(self, prefix: str) -> list[dict[str, Any]]:
+        """The first issue of the one dedup hash that starts with ``prefix`` (hex digits)."""
+        firsts = self.db.execute("SELECT MIN(id), dedup_hash FROM issues WHERE dedup_hash GLOB ? "
+                                 "GROUP BY dedup_hash ORDER BY MIN(id) LIMIT 11", (prefix + "*",)).fetchall()
+        if len(firsts) > 1:
+            shown = ", ".join(f"#{number} ({digest})" for number, digest in firsts[:10])
+            count, more = ("more than 10", ", ...") if len(firsts) > 10 else (str(len(firsts)), "")
+            raise TrackerError(f"{self.path}: dedup hash prefix {prefix!r} matches {count} issues: "
+                               f"{shown}{more}; give more of the hash")
+        return self._summaries("WHERE i.id = ?", (firsts[0][0],)) if firsts else []
 
     def close(self) -> None:
         self.db.close()

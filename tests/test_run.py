@@ -868,3 +868,42 @@ def test_a_damaged_review_entry_is_skipped_and_the_run_goes_on(captures: Path, t
     assert summary["warnings"][warning] == 1  # the bundles not queued, as every warning counts
     assert sorted(p.name for p in damaged.parent.glob("*.json")) == sorted(
         p.name for p in (clean / "_review-queue").glob("*.json"))
+
+
+def test_tracker_show_takes_a_hash_sign_an_upper_case_hash_and_a_hash_prefix(captures: Path) -> None:
+    """`#7` (as the list and the titles write numbers), a hash copied in upper case and
+    the first digits of a hash were each "no issue"."""
+    run_json(captures)
+    number = next(i["id"] for i in json.loads(invoke("tracker", "list", captures, "--format", "json").stdout)
+                  if i["dedup_hash"] == REPEATED)
+    for ref in (f"#{number}", REPEATED.upper(), REPEATED[:6], REPEATED[:8].upper(), REPEATED[:11]):
+        assert json.loads(invoke("tracker", "show", captures, ref, "--format", "json").stdout)["id"] == number, ref
+    assert invoke("tracker", "show", captures, REPEATED[:5], code=2).stderr == (
+        f"Error: {captures}: no issue {REPEATED[:5]!r} in the tracker (a dedup hash prefix needs at least "
+        "6 digits)\n")
+    assert "no issue '#68d6198d1b55'" in invoke("tracker", "show", captures, f"#{REPEATED}", code=2).stderr
+
+
+def test_tracker_show_names_the_issues_an_ambiguous_hash_prefix_matches(captures: Path) -> None:
+    run_json(captures)
+    db = sqlite3.connect(captures / "_loop" / "tracker.sqlite")
+    with db:
+        db.execute(f"UPDATE issues SET dedup_hash = '{REPEATED[:6]}000000' WHERE id = 3")
+    db.close()
+    result = invoke("tracker", "show", captures, REPEATED[:6], code=2)
+    assert result.stderr == (f"Error: {captures}/_loop/tracker.sqlite: dedup hash prefix {REPEATED[:6]!r} "
+                             f"matches 2 issues: #3 ({REPEATED[:6]}000000), #7 ({REPEATED}); give more of "
+                             "the hash\n")
+    assert json.loads(invoke("tracker", "show", captures, REPEATED[:7], "--format", "json").stdout)["id"] == 7
+
+
+def test_tracker_show_of_a_review_queue_hash_points_at_the_queue(captures: Path) -> None:
+    """An unknown failure is queued, not filed: its hash, copied from `run` or the
+    queue's folder, was a bare "no issue"."""
+    run_json(captures)
+    queued = min(review_files(captures))
+    entry = captures / "_review-queue" / f"{queued}.json"
+    for ref in (queued, queued[:6].upper()):
+        assert invoke("tracker", "show", captures, ref, code=2).stderr == (
+            f"Error: {captures}: no issue {ref!r} in the tracker: it is review-queue entry {queued}, {entry} "
+            f"(unknown failures wait there, not filed); `loop-rules review list {captures}` lists them\n")
