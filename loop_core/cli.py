@@ -1192,8 +1192,7 @@ def review_list(captures: Path, fmt: str) -> None:
         loop-rules review list examples/pull-captures
         loop-rules review list --format json examples/pull-captures
     """
-    from .trackers import ReviewQueue
-    from .view import _message  # a line without its log decorations
+    from .trackers import ReviewQueue, review_error
 
     problems: list[str] = []
     items = ReviewQueue(captures).items(problems)
@@ -1205,10 +1204,7 @@ def review_list(captures: Path, fmt: str) -> None:
     click.echo(f"{'DEDUP':12}  {'COUNT':>5}  {'MODEL':40}  ERROR")
     total = 0
     for item in items:
-        error = str(item.get("final_error") or item.get("error_substring") or "")
-        # The message, not the log decorations before it: "(EngineCore_DP0 pid=1789245) ERROR
-        # 11-19 12:54:26 [core.py:710] " would fill the column on its own.
-        error = " ".join(_message(error).split()) or " ".join(error.split())
+        error = review_error(item)
         occurrences = item.get("occurrences") or []
         count = len(occurrences) if isinstance(occurrences, list) else "?"  # a file edited by hand
         total += count if isinstance(count, int) else 0

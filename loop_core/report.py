@@ -19,7 +19,7 @@ from .catalog import Catalog
 from .engine import Engine
 from .pipeline import Processed, process_bundle
 from .batch import discover_bundles
-from .trackers import ReviewQueue
+from .trackers import ReviewQueue, review_error
 from .trust import ConsensusIndex, trust_of
 from .bundle import Bundle, path_text
 from .dedup import sanitize
@@ -170,7 +170,7 @@ def render_html(data: TriageData) -> str:
     review_rows = "".join(
         f'<tr><td class="num">{_count(r.get("occurrences"))}</td><td><code>{_e(r.get("dedup_hash"))}</code></td>'
         f'<td>{_e(_public(r.get("model_slug")))}</td>'
-        f'<td><code>{_e(_public(r.get("final_error") or r.get("error_substring") or "")[:160])}'
+        f'<td><code>{_e(_public(review_error(r))[:160])}'
         f'</code></td></tr>' for r in data.review) or '<tr><td colspan="4">the review queue is empty</td></tr>'
     review_rows += "".join(f'<tr><td colspan="4">skipped: <code>{_e(p)}</code></td></tr>'
                            for p in data.review_problems)

@@ -190,3 +190,17 @@ def test_report_out_dash_writes_the_page_to_stdout(captures: Path, tmp_path: Pat
     # A file named `-` is still one path away.
     result = CliRunner().invoke(cli, ["report", str(captures), "--out", "./-"])
     assert result.exit_code == 0 and (tmp_path / "-").read_text().startswith("<!doctype html>")
+
+
+def test_the_review_table_shows_each_error_as_review_list_does(captures: Path, tmp_path: Path) -> None:
+    """The table kept the log decorations `review list` leaves out: "(VllmWorker rank=1
+    pid=212) ERROR 11-26 10:11:12 [multiproc_executor.py:596] " filled the cell before
+    the error it decorates."""
+    assert CliRunner().invoke(cli, ["run", str(captures)]).exit_code == 0
+    page = make_report(captures, tmp_path / "r.html")
+    row = re.search(r"<tr><td class=\"num\">1</td><td><code>6dd0a4e4a02e</code></td>.*?</tr>", page)
+    assert row is not None
+    assert "<td><code>torch.distributed.DistBackendError: NCCL error in: /pytorch/" in row[0]
+    assert "pid=212" not in row[0] and "11-26 10:11:12" not in row[0]
+    listed = CliRunner().invoke(cli, ["review", "list", str(captures)]).stdout
+    assert "6dd0a4e4a02e      1  Qwen/Qwen3-14B                            torch.distributed.DistBackendError" in listed
