@@ -1094,6 +1094,10 @@ def tracker_show(captures: Path, issue: str, fmt: str) -> None:
     of them or no issue has that number. The hash of an unknown failure is
     no issue: such failures wait in the review queue (loop-rules review list).
 
+    Each occurrence shows its capture time, the first 16 digits of its
+    submission fingerprint (manifest- and 16 digits of the manifest's digest
+    for a bundle without one, such as a gate-only bundle) and its bundle.
+
     \b
     Example:
         loop-rules tracker show examples/pull-captures 1
@@ -1114,8 +1118,17 @@ def tracker_show(captures: Path, issue: str, fmt: str) -> None:
     click.echo(f"state: {found['state']}; occurrences: {found['occurrences']}\n")
     click.echo(_shown(found["body"], keep="\n\t"))
     click.echo("\noccurrences:")
-    for occ in found["occurrence_list"]:
-        click.echo(f"  {_shown(occ['utc_ts'])}  {_shown(occ['submission'][:16])}  {_shown(occ['bundle'])}")
+    submissions = [_shown(_short_submission(occ["submission"])) for occ in found["occurrence_list"]]
+    width = max(map(len, submissions), default=0)
+    for occ, submission in zip(found["occurrence_list"], submissions):
+        click.echo(f"  {_shown(occ['utc_ts'])}  {submission:{width}}  {_shown(occ['bundle'])}")
+
+
+def _short_submission(submission: str) -> str:
+    """A submission's first 16 digits; for one a bundle without a fingerprint is known by,
+    ``manifest-<sha256>`` (a gate-only bundle), ``manifest-`` and the first 16 of its digest."""
+    prefix = "manifest-" if submission.startswith("manifest-") else ""
+    return prefix + submission[len(prefix):len(prefix) + 16]
 
 
 def _not_an_issue(captures: Path, ref: str) -> str:

@@ -907,3 +907,24 @@ def test_tracker_show_of_a_review_queue_hash_points_at_the_queue(captures: Path)
         assert invoke("tracker", "show", captures, ref, code=2).stderr == (
             f"Error: {captures}: no issue {ref!r} in the tracker: it is review-queue entry {queued}, {entry} "
             f"(unknown failures wait there, not filed); `loop-rules review list {captures}` lists them\n")
+
+
+def test_tracker_show_shortens_a_manifest_submission_to_16_digits_as_the_others(captures: Path) -> None:
+    """A bundle without a submission fingerprint (a gate-only one) is identified by
+    `manifest-<sha256>`: cut at 16 characters as a fingerprint is, it read
+    `manifest-6530552`, seven digits where every other line shows sixteen."""
+    run_json(captures)
+    digest = "6530552" + "0123456789abcdef" * 3 + "012345678"
+    db = sqlite3.connect(captures / "_loop" / "tracker.sqlite")
+    with db:
+        (fingerprint,) = db.execute("SELECT submission FROM occurrences WHERE dedup_hash = ? "
+                                    "ORDER BY submission LIMIT 1", (REPEATED,)).fetchone()
+        db.execute("UPDATE occurrences SET submission = ? WHERE submission = ?", (f"manifest-{digest}", fingerprint))
+    db.close()
+    lines = invoke("tracker", "show", captures, REPEATED).stdout.splitlines()
+    shown = [line.split()[1] for line in lines[lines.index("occurrences:") + 1:]]
+    assert f"manifest-{digest[:16]}" in shown
+    assert [len(s.removeprefix("manifest-")) for s in shown] == [16, 16]
+    # The bundles stay in one column.
+    columns = {line.index(str(captures)) for line in lines[lines.index("occurrences:") + 1:]}
+    assert len(columns) == 1
