@@ -60,8 +60,28 @@ def _engine(rules: str, option: str = "--rules") -> Any:
         return Engine.build(rules)
     except UnknownPack as e:
         raise LoopClickError(str(e.for_option(option))) from e
+    except RuleError as e:
+        raise LoopClickError(str(e) + _more_problems(rules)) from e
     except LoopError as e:
         raise LoopClickError(str(e)) from e
+
+
+def _more_problems(rules: str) -> str:
+    """Where to see every problem of a pack that failed to load on its first, when it has
+    more: loading stops at the first, and ``check`` collects them all."""
+    import shlex
+
+    from .engine import Engine
+
+    try:
+        Engine.build(rules, collect_errors=True)
+    except RuleError as e:
+        if len(e.problems) > 1:
+            return (f" (one of {len(e.problems)} problems; `loop-rules check --rules {shlex.quote(rules)}` "
+                    "lists them all)")
+    except LoopError:  # a plugin's failure on the second load: the first problem is still the one to fix
+        pass
+    return ""
 
 
 def rules_option(f: F) -> F:
@@ -453,7 +473,9 @@ def check(rules: str, strict: bool) -> None:
 
     Loads and compiles every file, runs each rule's own examples, and probes
     every regex with long adversarial lines so a catastrophic pattern is
-    caught before it meets real logs. Exit status 1 on any problem.
+    caught before it meets real logs. Exit status 1 on any problem. (The
+    other commands stop at a pack's first problem, and say how many there
+    are when there are more.)
 
     Lint warnings: rules that can never win (an earlier matcher decides all
     of their match examples), rules without no_match examples, regexes with

@@ -661,3 +661,37 @@ def test_review_list_shows_the_error_message_not_its_log_decorations(tmp_path: P
     invoke("run", str(captures))
     (row,) = [r for r in invoke("review", "list", str(captures)).output.splitlines() if "acme/Other" in r]
     assert row.endswith("  0.1.42")
+
+
+BROKEN_RULES = ("- {id: bad, class: unknown, when: [{select: $.x, regex: '('}]}\n"
+                "- {id: bad2, class: nope, when: [{select: $.x, regex: 'a'}]}\n")
+
+
+@pytest.mark.parametrize(("option", "command"), [
+    ("--rules", ["diff", "--rules", "{pack}", "corpus"]),
+    ("--against", ["diff", "--rules", "default", "--against", "{pack}", "corpus"]),
+    ("--rules", ["eval", "--corpus", "cases", "--rules", "{pack}"]),
+    ("--compare", ["eval", "--corpus", "cases", "--compare", "{pack}"]),
+    ("--rules", ["report", "corpus", "--rules", "{pack}", "--out", "r.html"]),
+])
+def test_a_broken_pack_names_its_first_problem_and_how_to_see_them_all(
+        tmp_path: Path, option: str, command: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`check --rules X` lists every problem of a pack; the commands that load one named
+    the first and stopped, so a maintainer fixed one problem per attempt."""
+    write_bundle(tmp_path / "corpus" / "a" / "1", make_bundle(NOVEL))
+    (tmp_path / "cases").mkdir()
+    (tmp_path / "cases" / "a.yml").write_text("id: c1\nengine: e\nsource: s\nlabel: unknown\nhard: false\n"
+                                              "split: tune\nrationale: r\nexcerpt: x\n")
+    (tmp_path / "my pack").mkdir()
+    (tmp_path / "my pack" / "10-bad.yml").write_text(BROKEN_RULES)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, [arg.replace("{pack}", "my pack") for arg in command])
+    assert result.exit_code == 2
+    assert result.stderr == ("Error: my pack/10-bad.yml[0] bad: missing description, examples (one of 6 "
+                             "problems; `loop-rules check --rules 'my pack'` lists them all)\n")
+    assert not (tmp_path / "r.html").exists()
+    (tmp_path / "my pack" / "10-bad.yml").write_text(  # one problem: the selector
+        "- {id: bad2, class: unknown, description: d, when: [{select: $.x, regex: 'a'}], examples: {match: [a]}}\n")
+    result = CliRunner().invoke(cli, [arg.replace("{pack}", "my pack") for arg in command])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("Error: my pack/10-bad.yml[0] bad2: ") and "check" not in result.stderr
