@@ -1222,6 +1222,8 @@ def review_list(captures: Path, fmt: str) -> None:
     too: it is then dismissed), or a new rule decides it and the next run
     takes out what the pack now decides.
 
+    Exit status 0, or 2 when CAPTURES/_review-queue is not a folder.
+
     \b
     Example:
         loop-rules review list examples/pull-captures

@@ -583,3 +583,27 @@ def test_review_list_help_says_how_an_entry_leaves_the_queue() -> None:
     shown = " ".join(invoke("review", "list", "--help").output.split())
     assert "loop-rules learn --review HASH --captures CAPTURES --as CLASS" in shown
     assert "the next run takes out" in shown
+
+
+def _doc_section(heading: str) -> str:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text(encoding="utf-8")
+    start = text.index(f"\n{heading}\n")
+    end = text.find("\n## ", start + 1)
+    return " ".join(text[start:end].split())
+
+
+@pytest.mark.parametrize(("command", "heading"), [
+    (["review", "list"], "### loop-rules review list"),
+    (["report"], "## loop-rules report"),
+])
+def test_a_review_queue_that_is_not_a_folder_is_status_2_as_documented(
+        tmp_path: Path, command: list[str], heading: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cli.md said `review list` always exits 0; both it and `report` stop with 2 when
+    the queue is a file, and their sections now say so."""
+    (tmp_path / "captures").mkdir()
+    (tmp_path / "captures" / "_review-queue").write_text("")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, [*command, "captures"])
+    assert result.exit_code == 2
+    assert result.stderr == "Error: captures/_review-queue: not a folder; move it aside\n"
+    assert "`CAPTURES/_review-queue` is not a folder" in _doc_section(heading)
