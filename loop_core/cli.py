@@ -1083,6 +1083,9 @@ def tracker() -> None:
 def tracker_list(captures: Path, fmt: str) -> None:
     """List the issues of CAPTURES/_loop/tracker.sqlite with their occurrence counts.
 
+    Exit status 2 when there is no tracker there yet (no file, or an empty
+    one) or the file is not a tracker this version wrote.
+
     \b
     Example:
         loop-rules tracker list examples/pull-captures
@@ -1185,7 +1188,10 @@ def _open_tracker(captures: Path) -> Any:
     from .trackers import DEDUP_QUEUE, STATE_DIR, SqliteTracker
 
     path = Path(captures) / STATE_DIR / "tracker.sqlite"
-    if not path.exists():
+    empty = False
+    with contextlib.suppress(OSError):  # no file (or one that cannot be read: said when it is opened)
+        empty = path.stat().st_size == 0  # a run killed as it made the file, or a `touch`
+    if empty or not path.exists():
         import shlex
 
         quoted = shlex.quote(str(captures))
@@ -1194,9 +1200,10 @@ def _open_tracker(captures: Path) -> Any:
         with contextlib.suppress(OSError):  # no spool, or not a folder: nothing waits there
             spooled = sum(1 for p in spool.iterdir() if p.suffix == ".json")
         if spooled:  # a run filed, but into the spool (--tracker spool, or a tracker it could not reach)
-            raise LoopClickError(f"{path}: no tracker yet; {spooled} spool file(s) wait in {spool}: "
-                                 f"`loop-rules spool replay {quoted}` files them into it")
-        raise LoopClickError(f"{path}: no tracker yet; run `loop-rules run {quoted}` first")
+            raise LoopClickError(f"{path}: {'an empty file, ' if empty else ''}no tracker yet; {spooled} spool "
+                                 f"file(s) wait in {spool}: `loop-rules spool replay {quoted}` files them into it")
+        raise LoopClickError(f"{path}: {'an empty file, ' if empty else ''}no tracker yet; "
+                             f"run `loop-rules run {quoted}` first")
     return SqliteTracker(path, readonly=True)
 
 

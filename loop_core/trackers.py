@@ -912,7 +912,7 @@ class SqliteTracker:
         with self._errors_named():
             self.db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=busy_timeout, isolation_level=None)
             try:
-                self.db.execute("SELECT 1 FROM issues LIMIT 1")
+                self._check_tables()
             except sqlite3.OperationalError:
                 self.db.close()
                 if os.access(self.path.parent, os.W_OK):
@@ -927,8 +927,25 @@ class SqliteTracker:
                                        "read in a folder this process may not write; browse a writable copy of "
                                        "the captures folder") from None
                 self.db = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, isolation_level=None)
-                self.db.execute("SELECT 1 FROM issues LIMIT 1")
+                self._check_tables()
         self._held_any = True
+
+    def _check_tables(self) -> None:
+        """Refuse a database without the tables a run makes: another program's SQLite file,
+        or an empty file (SQLite reads one as a database without tables).
+
+        :raises TrackerError: a table is missing (the connection is closed).
+        :raises sqlite3.OperationalError: the database cannot be read.
+        """
+        found = {row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        missing = [table for table in ("issues", "labels", "occurrences") if table not in found]
+        if not missing:
+            return
+        self.db.close()
+        if not found and self.path.stat().st_size == 0:
+            raise TrackerError(f"{self.path}: an empty file, no tracker yet; a run over its captures folder makes one")
+        raise TrackerError(f"{self.path}: not a tracker this version of loop-rules wrote (no table "
+                           f"{', '.join(missing)}); move it aside and the next run starts a new tracker")
 
     @contextlib.contextmanager
     def _errors_named(self) -> Iterator[None]:

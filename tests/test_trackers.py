@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -732,3 +733,57 @@ def test_a_big_queue_folder_is_not_listed_at_every_batch(tmp_path: Path, monkeyp
     assert [added for added, _ in results] == [False, True, True] and len(listings) == 4
     by_hash = {item["dedup_hash"]: [o["submission"] for o in item["occurrences"]] for item in queue.items()}
     assert by_hash[f"{0:064x}"] == ["s1", "s2"] and by_hash[f"{9:064x}"] == ["s1"] and len(by_hash) == 6
+
+
+def test_an_empty_tracker_file_is_no_tracker_yet(tmp_path: Path) -> None:
+    """A 0-byte tracker.sqlite (a run killed as it made the file, or a `touch`) made
+    `tracker list` say "no such table: issues"; it is no tracker yet, which a run makes."""
+    from click.testing import CliRunner
+
+    from loop_core.cli import cli
+
+    captures = tmp_path / "captures"
+    copy_examples(captures)
+    path = captures / "_loop" / "tracker.sqlite"
+    path.parent.mkdir()
+    path.write_bytes(b"")
+    runner = CliRunner()
+    for args in (["tracker", "list", str(captures)], ["tracker", "show", str(captures), "1"]):
+        result = runner.invoke(cli, args)
+        assert result.exit_code == 2, args
+        assert result.stderr == (f"Error: {path}: an empty file, no tracker yet; run `loop-rules run {captures}` "
+                                 "first\n")
+    assert path.read_bytes() == b""
+    assert runner.invoke(cli, ["run", str(captures)]).exit_code == 0
+    assert runner.invoke(cli, ["tracker", "list", str(captures)]).stdout.endswith("12 issue(s), 13 occurrence(s)\n")
+
+
+@pytest.mark.parametrize(("tables", "missing"), [
+    (["notes"], "issues, labels, occurrences"),
+    (["issues", "labels"], "occurrences"),
+])
+def test_an_sqlite_file_without_the_trackers_tables_is_named(tmp_path: Path, tables: list[str],
+                                                             missing: str) -> None:
+    """Another program's SQLite file, or a tracker cut short, said "no such table: issues"."""
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    from loop_core.cli import cli
+
+    captures = tmp_path / "captures"
+    path = captures / "_loop" / "tracker.sqlite"
+    path.parent.mkdir(parents=True)
+    db = sqlite3.connect(path)
+    for table in tables:
+        db.execute(f"CREATE TABLE {table} (id INTEGER)")
+    db.commit()
+    db.close()
+    message = (f"{path}: not a tracker this version of loop-rules wrote (no table {missing}); move it aside "
+               "and the next run starts a new tracker")
+    with pytest.raises(TrackerError, match=re.escape(message)):
+        SqliteTracker(path, readonly=True)
+    for args in (["tracker", "list", str(captures)], ["tracker", "show", str(captures), "1"]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2, args
+        assert result.stderr == f"Error: {message}\n"
