@@ -808,7 +808,8 @@ def _registered_elsewhere(rules_dir: Path, pm: Any) -> str | None:
 @click.option("--against", "old_rules", default="default", show_default=True, metavar="PACK",
               help="The pack to compare with.")
 @format_option("table", "markdown", "json")
-@click.option("--fail-on-change", is_flag=True, help="Exit 1 when any bundle changes.")
+@click.option("--fail-on-change", is_flag=True,
+              help="Exit 1 when any bundle changes, or when no bundle could be read (nothing compared).")
 @_guard
 def diff(corpus: tuple[Path, ...], new_rules: str, old_rules: str, fmt: str, fail_on_change: bool) -> None:
     """Preview a rule change: bundles of CORPUS whose class, rule or dedup hash moves.
@@ -840,6 +841,13 @@ def diff(corpus: tuple[Path, ...], new_rules: str, old_rules: str, fmt: str, fai
                        f"({c.new_rule}) [{', '.join(c.fields())}]")
         for rule, n in sorted(report.shadow_hits.items()):
             click.echo(f"  shadow rule {rule} would match {n} bundle(s)")
+    if report.unreadable == report.bundles:  # a mistyped or empty CORPUS: one unreadable bundle, not a pass
+        import shlex
+
+        click.echo(f"loop-rules: no bundle could be read: nothing compared; `loop-rules classify "
+                   f"{' '.join(shlex.quote(str(path)) for path in corpus)}` names the errors", err=True)
+        if fail_on_change:
+            sys.exit(1)
     if fail_on_change and report.changes:
         sys.exit(1)
 

@@ -352,7 +352,7 @@ class DiffReport:
 
     def markdown(self, limit: int = 50) -> str:
         lines = [f"### Rule pack diff: `{self.old_pack}` → `{self.new_pack}`", "",
-                 f"{self.bundles} bundles, **{len(self.changes)} changed**"
+                 f"{self.bundles} bundle(s), **{len(self.changes)} changed**"
                  + (f", {self.unreadable} unreadable" if self.unreadable else ""), ""]
         if self.changes:
             lines += ["| from | to | bundles |", "|---|---|---:|"]

@@ -337,7 +337,7 @@ def test_the_diff_table_counts_unreadable_bundles_as_the_markdown_does(tmp_path:
     assert result.output.splitlines()[0] == ("2 bundle(s): 0 changed between default and reference; "
                                              "1 unreadable, not compared")
     markdown = invoke("diff", "--rules", "reference", "--format", "markdown", str(corpus)).output
-    assert "2 bundles, **0 changed**, 1 unreadable" in markdown
+    assert "2 bundle(s), **0 changed**, 1 unreadable" in markdown
     empty = tmp_path / "empty"
     empty.mkdir()
     assert "; 1 unreadable, not compared" in invoke("diff", "--rules", "reference", str(empty)).output
@@ -695,3 +695,24 @@ def test_a_broken_pack_names_its_first_problem_and_how_to_see_them_all(
     result = CliRunner().invoke(cli, [arg.replace("{pack}", "my pack") for arg in command])
     assert result.exit_code == 2
     assert result.stderr.startswith("Error: my pack/10-bad.yml[0] bad2: ") and "check" not in result.stderr
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
+def test_a_diff_that_could_read_no_bundle_fails_on_change_all_the_same(tmp_path: Path, fmt: str) -> None:
+    """A mistyped or empty corpus compared nothing and passed `--fail-on-change`
+    (status 0), a CI gate that never closes; the Markdown said "1 bundles"."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    note = (f"loop-rules: no bundle could be read: nothing compared; `loop-rules classify {empty}` "
+            "names the errors\n")
+    result = invoke("diff", "--rules", "reference", "--fail-on-change", "--format", fmt, str(empty))
+    assert result.exit_code == 1
+    assert result.stderr == note
+    result = invoke("diff", "--rules", "reference", "--format", fmt, str(empty))
+    assert result.exit_code == 0 and result.stderr == note
+    if fmt == "markdown":
+        assert "1 bundle(s), **0 changed**, 1 unreadable" in result.stdout
+    corpus = tmp_path / "corpus"
+    write_bundle(corpus / "a" / "1", make_bundle(NOVEL))
+    result = invoke("diff", "--rules", "reference", "--fail-on-change", "--format", fmt, str(corpus), str(empty))
+    assert result.exit_code == 0 and result.stderr == ""  # one bundle compared, unchanged
