@@ -901,8 +901,8 @@ def report(captures: Path, out: str, rules: str, catalog: Path | None) -> None:
     unreadable = f", {len(data.unreadable)} unreadable" if data.unreadable else ""
     # The counts say whether the page is worth reading (a mistyped CAPTURES is one unreadable
     # bundle): on stderr when the page is on stdout, so a pipe gets the page alone.
-    click.echo(f"wrote {'the report to stdout' if to_stdout else out} ({data.bundles} bundles, "
-               f"{sum(data.by_class.values())} failures, {len(data.groups)} dedup groups{unreadable})",
+    click.echo(f"wrote {'the report to stdout' if to_stdout else out} ({data.bundles} bundle(s), "
+               f"{sum(data.by_class.values())} failure(s), {len(data.groups)} dedup group(s){unreadable})",
                err=to_stdout)
 
 

@@ -62,11 +62,11 @@ def test_the_line_report_prints_counts_the_unreadable_bundles(captures: Path, tm
     "wrote r.html (1 bundles, 0 failures, 0 dedup groups)", a report of nothing wrong."""
     result = CliRunner().invoke(cli, ["report", str(captures), "--out", str(tmp_path / "r.html")])
     assert result.output == "wrote " + str(tmp_path / "r.html") + (
-        " (24 bundles, 20 failures, 12 dedup groups, 1 unreadable)\n")
+        " (24 bundle(s), 20 failure(s), 12 dedup group(s), 1 unreadable)\n")
     empty = tmp_path / "empty"
     empty.mkdir()
     result = CliRunner().invoke(cli, ["report", str(empty), "--out", str(tmp_path / "e.html")])
-    assert result.output.endswith(" 0 failures, 0 dedup groups, 1 unreadable)\n")
+    assert result.output.endswith(" 0 failure(s), 0 dedup group(s), 1 unreadable)\n")
 
 
 def test_report_escapes_bundle_text(tmp_path: Path) -> None:
@@ -185,7 +185,7 @@ def test_report_out_dash_writes_the_page_to_stdout(captures: Path, tmp_path: Pat
     result = CliRunner().invoke(cli, ["report", str(captures), "--out", "-"])
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("<!doctype html>") and result.stdout.endswith("</html>\n")
-    assert result.stderr == "wrote the report to stdout (24 bundles, 20 failures, 12 dedup groups, 1 unreadable)\n"
+    assert result.stderr == "wrote the report to stdout (24 bundle(s), 20 failure(s), 12 dedup group(s), 1 unreadable)\n"
     assert not (tmp_path / "-").exists()
     # A file named `-` is still one path away.
     result = CliRunner().invoke(cli, ["report", str(captures), "--out", "./-"])
