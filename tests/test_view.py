@@ -208,12 +208,14 @@ def _kind_without_shortcuts(line: str) -> int:
     return 1 if _ERROR_TAG.match(message) else 0
 
 
+# No long s (U+017F) before "ee": the case-blind pattern reads it as an "s", the "see " substring test does not.
 _LINE_PIECES = st.sampled_from([
     "ValueError", "Errors", "KeyError.attr", "error", "ERROR", "Error", "Exception", "MyException2", "_Exception",
     "Killed", "killed", "Traceback (most recent call last):", "Traceback", "ERROR 05-26 07:50:26", "[BUG]",
     "[error]", "fatal", "FATAL:", "critical", "panic", "bug", "(EngineCore pid=12)", "[rank0]:", "vllm-1  |",
     "core.py:396]", "level=ERROR", ": ", ":", " ", ".", "x", "\u00e9", "AssertionError", "torch.cuda.OutOfMemoryError",
-    "    raise ", "except ", "See root cause above.", "see stack trace",
+    "    raise ", "except ", "See root cause above.", "see stack trace", "Exception: ", "raise(", "except:",
+    "KeyError      Traceback (most recent call last)", "SEE the logs above", "\u0130",
 ])
 
 
