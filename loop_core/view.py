@@ -296,54 +296,58 @@ def _final_error(bundle: Bundle) -> str:
 def _failure_line(text: str) -> str | None:
     """The last line of ``text`` with a word saying something failed, or None.
 
-    Only logs without any error line get here. Each word's last place is found with
-    ``rfind`` in the lower-cased text, searched again only once the walk has passed
-    it, and only the lines holding one are matched: a regex over the whole log
-    cost several times the rest of final_error.
+    Only logs without any error line get here. Only the lines holding one of the
+    words (lower-cased) are matched: a regex over the whole log cost several times
+    the rest of final_error.
     """
     low = text.lower()
     if len(low) != len(text):  # a letter whose lower case is longer ("İ"): the places would not match
         return next((raw.strip() for raw in reversed_lines(text) if _FAILURE_WORDS.search(raw)), None)
-    end = len(low)
-    last = {word: low.rfind(word) for word in _FAILURE_HINTS}
-    while True:
-        for word, at in last.items():
-            if at >= end:
-                last[word] = low.rfind(word, 0, end)
-        at = max(last.values())
-        if at < 0:
-            return None
-        start = max(low.rfind("\n", 0, at), low.rfind("\r", 0, at)) + 1
-        stops = [s for s in (low.find("\n", at), low.find("\r", at)) if s >= 0]
-        line = text[start:min(stops) if stops else len(text)]
+    for start, stop in _lines_holding(low, _FAILURE_HINTS, len(low), cr=True):
+        line = text[start:stop]
         if _FAILURE_WORDS.search(line):
             return line.strip()
-        end = start
+    return None
 
 
 def _exception_before(text: str, end: int) -> str | None:
     """The last line before offset ``end`` of ``text`` that names an exception and
     points nowhere else, as the line-by-line walk of :func:`_final_error` would find
     it; None when there is none."""
-    # Each ending's last place before ``end``, searched again only once ``end`` has
-    # passed it: every ending is looked for once over the text in all.
-    last = {ending: text.rfind(ending, 0, end) for ending in _EXCEPTION_ENDS}
-    while end > 0:
-        for ending, at in last.items():
-            if at >= end:
-                last[ending] = text.rfind(ending, 0, end)
-        cut = max(last.values())
-        if cut < 0:
-            return None
-        start = text.rfind("\n", 0, cut) + 1
-        stop = text.find("\n", cut, end)
-        chunk = text[start:end if stop < 0 else stop]
-        for raw in reversed(chunk.splitlines()):  # a "\n" chunk may hold other line breaks
+    for start, stop in _lines_holding(text, _EXCEPTION_ENDS, end):
+        for raw in reversed(text[start:stop].splitlines()):  # a "\n" line may hold other line breaks
             line = raw.strip()
             if line and _error_kind(line) == 2:
                 return line
-        end = start
     return None
+
+
+def _lines_holding(text: str, words: tuple[str, ...], end: int, *,
+                   cr: bool = False) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` of each line of ``text[:end]`` that holds one of ``words``, the
+    last first; lines end at each "\\n", and at each "\\r" too when ``cr``.
+
+    Only the lines holding a word are read: each word's last place is found with
+    ``rfind``, and looked for again only once the walk has passed it, so that each
+    word is looked for once over the text in all.
+    """
+    last = {word: text.rfind(word, 0, end) for word in words}
+    while end > 0:
+        for word, at in last.items():
+            if at >= end:
+                last[word] = text.rfind(word, 0, end)
+        at = max(last.values())
+        if at < 0:
+            return
+        start = text.rfind("\n", 0, at) + 1
+        stop = text.find("\n", at, end)
+        if cr:
+            start = max(start, text.rfind("\r", 0, at) + 1)
+            cr_stop = text.find("\r", at, end)
+            if cr_stop >= 0 and (stop < 0 or cr_stop < stop):
+                stop = cr_stop
+        yield start, end if stop < 0 else stop
+        end = start
 
 
 def _boot_ok(bundle: Bundle) -> bool | None:

@@ -178,6 +178,29 @@ def test_reversed_lines_are_the_text_lines_backwards(text: str, chunk: int) -> N
     assert list(reversed_lines(text, chunk)) == list(reversed(text.splitlines()))
 
 
+def _plain_lines_holding(text: str, words: tuple[str, ...], end: int, breaks: str) -> list[tuple[int, int]]:
+    """Every line of ``text[:end]`` holding one of ``words``, read one by one, the last first."""
+    lines, start = [], 0
+    for at in range(end + 1):
+        if at == end or text[at] in breaks:
+            if any(word in text[start:at] for word in words):
+                lines.append((start, at))
+            start = at + 1
+    return lines[::-1]
+
+
+_WALK_PIECES = st.sampled_from(["\n", "\r", "\r\n", "Error", "Killed", "rr", "x", " "])
+
+
+@given(st.lists(_WALK_PIECES, max_size=40).map("".join), st.booleans(), st.integers(min_value=0, max_value=200))
+def test_the_lines_holding_a_word_are_those_a_plain_walk_finds(text: str, cr: bool, end: int) -> None:
+    from loop_core.view import _lines_holding
+
+    end, words = min(end, len(text)), ("Error", "Killed", "rr")
+    plain = _plain_lines_holding(text, words, end, "\n\r" if cr else "\n")
+    assert list(_lines_holding(text, words, end, cr=cr)) == plain
+
+
 def test_the_final_error_is_found_far_from_the_end() -> None:
     # The error is followed by more lines than one tail chunk holds.
     text = "start\nValueError: early\n" + "INFO shutting down worker\n" * 400
