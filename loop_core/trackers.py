@@ -812,12 +812,12 @@ def review_error(entry: Mapping[str, Any]) -> str:
     """A review-queue entry's error as one line, as ``review list`` and the report show
     it: the final error (else the error substring) without its log decorations, runs
     of blanks collapsed. Not cut: each caller cuts it to its column."""
-    from .view import _message  # a line without its log decorations
+    from .view import undecorated
 
     error = str(entry.get("final_error") or entry.get("error_substring") or "")
     # The message, not the log decorations before it: "(EngineCore_DP0 pid=1789245) ERROR
     # 11-19 12:54:26 [core.py:710] " would fill a column on its own.
-    return " ".join(_message(error).split()) or " ".join(error.split())
+    return " ".join(undecorated(error).split()) or " ".join(error.split())
 
 
 def review_payload(draft_key_hash: str, canonical: dict[str, Any], error_substring: str,

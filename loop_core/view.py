@@ -167,7 +167,7 @@ def _all_text(bundle: Bundle) -> str:
     return "\n".join(pieces)
 
 
-def _message(line: str) -> str:
+def undecorated(line: str) -> str:
     """``line`` without its log decorations (timestamps, pid tags, container prefixes)."""
     m = _DECORATION.match(line)
     return line[m.end():] if m else line
@@ -201,18 +201,18 @@ def _error_kind(line: str) -> int:
     # hold none ("Traceback (", "raise", "except", "Exception:").
     message = None
     if "Traceback (" in line or "raise" in line or "except" in line:
-        message = _message(line)
+        message = undecorated(line)
         if _BARE_TRACEBACK.match(message) or message.lstrip().startswith(_SOURCE_LINES):
             return 0
     if ("Error" in line or "Exception" in line or "Killed" in line or "Traceback" in line) and (
             names_exception(line)
-            or "Exception:" in line and _BARE_EXCEPTION.match(_message(line) if message is None else message)):
+            or "Exception:" in line and _BARE_EXCEPTION.match(undecorated(line) if message is None else message)):
         if message is not None and _IPYTHON_HEADER.match(message):  # a header holds "Traceback (": message made
             return 3
         # A match starts at a "see ": in an ASCII line, at or after the lower-cased line's first.
         see = low.find("see ")
         return 3 if see >= 0 and _POINTS_ELSEWHERE.search(line, see if line.isascii() else 0) else 2
-    return 1 if _ERROR_TAG.match(_message(line) if message is None else message) else 0
+    return 1 if _ERROR_TAG.match(undecorated(line) if message is None else message) else 0
 
 
 # A traceback's source line names an exception without reporting one.

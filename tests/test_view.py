@@ -220,10 +220,10 @@ def _kind_without_shortcuts(line: str) -> int:
         _IPYTHON_HEADER,
         _POINTS_ELSEWHERE,
         _SOURCE_LINES,
-        _message,
+        undecorated,
     )
 
-    message = _message(line)
+    message = undecorated(line)
     if _BARE_TRACEBACK.match(message) or message.lstrip().startswith(_SOURCE_LINES):
         return 0
     if SLOW_EXCEPTION_LINE.search(line) or _BARE_EXCEPTION.match(message):
