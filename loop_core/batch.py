@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,7 @@ def _overlapping(tops: list[str]) -> bool:
     # Sorted by their parts, a folder is followed by what lies inside it (if anything
     # does): comparing neighbours is enough.
     parts = sorted(tuple(part for part in _where(top).split(os.sep) if part) for top in tops)
-    return any(later[:len(earlier)] == earlier for earlier, later in zip(parts, parts[1:]))
+    return any(later[:len(earlier)] == earlier for earlier, later in pairwise(parts))
 
 
 def _once(found: Iterator[str]) -> Iterator[str]:
