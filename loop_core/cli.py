@@ -906,15 +906,21 @@ def report(captures: Path, out: str, rules: str, catalog: Path | None) -> None:
                err=to_stdout)
 
 
-def _tracker_spec(name: str, pm: Any = None) -> tuple[Any, str]:
+def _tracker_spec(name: str, pm: Any = None, repo: str | None = None) -> tuple[Any, str]:
     """The registered tracker ``name`` and its plugin (of ``pm``, the command's plugins
-    when it has them); a usage error for any other name."""
+    when it has them); a usage error for any other name, or for a ``repo`` given to a
+    tracker that takes none."""
     from .plugins import collect, make_plugin_manager
 
     specs: dict[str, tuple[Any, str]] = collect(pm or make_plugin_manager(), "loop_register_trackers",
                                                 lambda t: t.name, "tracker")
     if name not in specs:
         raise LoopClickError(f"--tracker {name!r}: unknown tracker (trackers: {', '.join(sorted(specs))})")
+    spec = specs[name][0]
+    if repo is not None and not getattr(spec, "takes_repo", True):
+        # `run captures --repo acme/rig` without --tracker github filed into SQLite, quietly.
+        raise LoopClickError(f"--repo {_shown(repo)}: the {name} tracker files locally and takes no "
+                             "repository; give --tracker github to file into GitHub")
     return specs[name]
 
 
@@ -922,7 +928,7 @@ def _tracker(name: str, captures: Path, repo: str | None, pm: Any = None) -> Any
     from .errors import failure_text
     from .trackers import TrackerOptions
 
-    spec, plugin = _tracker_spec(name, pm)
+    spec, plugin = _tracker_spec(name, pm, repo)
     try:
         made = spec.factory(TrackerOptions(Path(captures), repo=repo))
     except SystemExit as e:  # a plugin's sys.exit must not end the command quietly with its status
@@ -980,7 +986,7 @@ def run(captures: Path, tracker_name: str, repo: str | None, rules: str, catalog
     # With --format json, what plugins print on the way goes to stderr: stdout holds the summary only.
     with contextlib.redirect_stdout(sys.stderr) if fmt == "json" else contextlib.nullcontext():
         if dry_run:
-            _tracker_spec(tracker_name, engine.pm)  # a dry run in CI must refuse the name the real run would
+            _tracker_spec(tracker_name, engine.pm, repo)  # a dry run in CI must refuse what the real run would
         tracker = None if dry_run else _tracker(tracker_name, captures, repo, engine.pm)
         bar = None
         progress = None

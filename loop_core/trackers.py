@@ -141,11 +141,17 @@ class TrackerOptions:
 
 @dataclass(frozen=True, slots=True)
 class TrackerSpec:
-    """A tracker backend a plugin registers: ``factory(options) -> Tracker``."""
+    """A tracker backend a plugin registers: ``factory(options) -> Tracker``.
+
+    ``takes_repo``: whether ``--repo`` means anything to it. One that files locally
+    says False, and the CLI refuses a ``--repo`` given with it (most likely the
+    ``--tracker github`` it was meant for was left out).
+    """
 
     name: str
     factory: Callable[[TrackerOptions], Tracker]
     description: str = ""
+    takes_repo: bool = True
 
 
 # -- files ----------------------------------------------------------------

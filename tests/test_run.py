@@ -324,7 +324,7 @@ def test_spool_replay_after_a_sqlite_run_counts_nothing_twice(captures: Path) ->
 
 
 @pytest.mark.parametrize("command", [("run", "CAPTURES"), ("run", "CAPTURES", "--tracker", "spool"),
-                                     ("spool", "replay", "CAPTURES")])
+                                     ("run", "CAPTURES", "--dry-run"), ("spool", "replay", "CAPTURES")])
 def test_a_repo_given_to_a_local_tracker_is_refused_before_anything_is_filed(captures: Path,
                                                                               command: tuple[str, ...]) -> None:
     """`run captures --repo acme/rig` without --tracker github filed into SQLite, quietly."""
@@ -333,7 +333,8 @@ def test_a_repo_given_to_a_local_tracker_is_refused_before_anything_is_filed(cap
     spooled = sorted(p.name for p in (captures / "_dedup-queue").glob("*.json")) if command[0] == "spool" else []
     argv = [str(captures) if arg == "CAPTURES" else arg for arg in command]
     result = invoke(*argv, "--repo", "acme/rig", code=2)
-    assert "--repo acme/rig: the " in result.stderr and "give --tracker github to file into GitHub" in result.stderr
+    assert "--repo acme/rig: the " in result.stderr and " takes no repository; give --tracker github to file " \
+        "into GitHub" in result.stderr
     assert not (captures / "_loop" / "tracker.sqlite").exists()
     assert sorted(p.name for p in (captures / "_dedup-queue").glob("*.json")) == spooled
 
