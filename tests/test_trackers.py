@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -443,7 +444,7 @@ def test_replay_names_each_damaged_spool_file_leaves_it_and_drains_the_rest(tmp_
         (queue / name).write_text(json.dumps(doc), encoding="utf-8")
     target = SqliteTracker(tmp_path / "t.sqlite")
     try:
-        results = {r.path.name: r for r in replay_spool(spool, target)}
+        results = {r.path.name: r for r in replay_spool(SpoolTracker(tmp_path), target)}
         assert results[f"{good.dedup_hash}.json"].drained and results[f"{good.dedup_hash}.json"].problem is None
         assert "not a would-be issue (KeyError: 'canonical')" in str(results["a-no-canonical.json"].problem)
         assert "'occurrences' is a dict, not a list" in str(results["b-occurrences-not-a-list.json"].problem)
@@ -457,6 +458,18 @@ def test_replay_names_each_damaged_spool_file_leaves_it_and_drains_the_rest(tmp_
     assert result.stderr.count("left in the spool") == 3 and "a-no-canonical.json: not a would-be issue" in result.stderr
 
 
+def _a_spool_payload(captures: Path, engine: Engine) -> tuple[Path, dict[str, Any]]:
+    """The spool folder under ``captures``, empty, and what a spooled draft's file held:
+    a valid payload to damage."""
+    good, occurrence = drafted(engine)
+    SpoolTracker(captures).file(good, occurrence)
+    queue = captures / "_dedup-queue"
+    good_file = queue / f"{good.dedup_hash}.json"
+    payload = json.loads(good_file.read_text())
+    good_file.unlink()
+    return queue, payload
+
+
 def test_a_spool_file_holding_a_lone_surrogate_is_named_and_left(tmp_path: Path, engine: Engine) -> None:
     """JSON can write "\\udcff", which neither SQLite nor a UTF-8 request can carry: such a
     file (edited by hand, or another tool's) ended `spool replay` with an internal error
@@ -465,13 +478,7 @@ def test_a_spool_file_holding_a_lone_surrogate_is_named_and_left(tmp_path: Path,
 
     from loop_core.cli import cli
 
-    spool = SpoolTracker(tmp_path)
-    good, occurrence = drafted(engine)
-    spool.file(good, occurrence)
-    queue = tmp_path / "_dedup-queue"
-    good_file = queue / f"{good.dedup_hash}.json"
-    payload = json.loads(good_file.read_text())
-    good_file.unlink()
+    queue, payload = _a_spool_payload(tmp_path, engine)
     in_tuple = json.loads(json.dumps(payload))
     in_tuple["canonical"]["tuple_ordered"][0] = "acme/\ud800"
     damaged = {
@@ -493,13 +500,7 @@ def test_a_spool_file_that_disagrees_with_itself_or_is_anothers_is_left_alone(tm
     """Such files used to be filed: a newer schema or another kind as if ours, an empty
     occurrence list as one made-up occurrence, and a tuple edited away from its body and
     hash as one new issue per occurrence in SQLite but one issue and +1s on GitHub."""
-    spool = SpoolTracker(tmp_path)
-    good, occurrence = drafted(engine)
-    spool.file(good, occurrence)
-    queue = tmp_path / "_dedup-queue"
-    good_file = queue / f"{good.dedup_hash}.json"
-    payload = json.loads(good_file.read_text())
-    good_file.unlink()
+    queue, payload = _a_spool_payload(tmp_path, engine)
     edited = json.loads(json.dumps(payload))
     edited["canonical"]["tuple_ordered"][6] = "2x24576MiB"
     rehashed = json.loads(json.dumps(edited))
@@ -517,7 +518,7 @@ def test_a_spool_file_that_disagrees_with_itself_or_is_anothers_is_left_alone(tm
         (queue / name).write_text(json.dumps(doc), encoding="utf-8")
     target = SqliteTracker(tmp_path / "t.sqlite")
     try:
-        results = {r.path.name: r for r in replay_spool(spool, target)}
+        results = {r.path.name: r for r in replay_spool(SpoolTracker(tmp_path), target)}
         for name, (_doc, why) in damaged.items():
             assert why in str(results[name].problem), (name, results[name].problem)
             assert not results[name].results
