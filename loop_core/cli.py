@@ -1372,11 +1372,11 @@ def plugins() -> None:
     Example:
         loop-rules plugins
     """
-    from .engine import condition_kinds, rule_packs
+    from .engine import condition_kinds, registered_matchers, rule_packs
     from .plugins import collect, make_plugin_manager, plugin_report
 
     pm = make_plugin_manager()
-    matchers: dict[str, tuple[Any, str]] = collect(pm, "loop_register_matchers", lambda m: m.name, "matcher")
+    matchers = registered_matchers(pm)  # checked as a run checks them: a bad order cannot be sorted
     kinds: dict[str, tuple[Any, str]] = collect(pm, "loop_register_conditions", lambda k: k.name, "condition kind")
     condition_kinds(pm)
     report = {

@@ -30,6 +30,7 @@ __all__ = [
     "Matcher",
     "MatcherTrace",
     "condition_kinds",
+    "registered_matchers",
     "resolve_pack",
     "rule_packs",
 ]
@@ -195,6 +196,25 @@ def condition_kinds(pm: pluggy.PluginManager) -> dict[str, ConditionKind]:
     return {name: kind for name, (kind, _plugin) in found.items()}
 
 
+def registered_matchers(pm: pluggy.PluginManager) -> dict[str, tuple[Matcher, str]]:
+    """Every matcher the plugins of ``pm`` register: name -> (matcher, plugin name).
+
+    :raises PluginError: a plugin registered something that is not a valid Matcher.
+    """
+    found: dict[str, tuple[Matcher, str]] = collect(pm, "loop_register_matchers", lambda m: m.name, "matcher")
+    for mname, (matcher, plugin) in found.items():
+        if not isinstance(matcher, Matcher) or not callable(matcher.match):
+            raise PluginError(f"plugin {plugin!r}: matcher {mname!r} is not a Matcher")
+        if not isinstance(matcher.tier, Tier) or matcher.tier is Tier.NONE:
+            raise PluginError(f"plugin {plugin!r}: matcher {mname!r}: tier must be Tier.TIER1 or Tier.TIER2, "
+                              f"got {matcher.tier!r}")
+        if not isinstance(matcher.order, int) or isinstance(matcher.order, bool):
+            raise PluginError(f"plugin {plugin!r}: matcher {mname!r}: order must be an int, got {matcher.order!r}")
+        if matcher.explain is not None and not callable(matcher.explain):
+            raise PluginError(f"plugin {plugin!r}: matcher {mname!r}: explain must be callable or None")
+    return found
+
+
 def rule_packs(pm: pluggy.PluginManager) -> dict[str, PackInfo]:
     found: dict[str, tuple[PackInfo, str]] = collect(pm, "loop_register_rule_packs", lambda p: p.name, "rule pack")
     return {name: info for name, (info, _plugin) in found.items()}
@@ -251,19 +271,8 @@ class Engine:
         root, name, shown = resolve_pack(rules, rule_packs(pm))
         pack = load_rules(root, kinds, name=name, collect_errors=collect_errors, display_root=shown,
                           allow_empty=allow_empty)
-        found: dict[str, tuple[Matcher, str]] = collect(pm, "loop_register_matchers", lambda m: m.name, "matcher")
-        matchers = []
-        for mname, (matcher, plugin) in found.items():
-            if not isinstance(matcher, Matcher) or not callable(matcher.match):
-                raise PluginError(f"plugin {plugin!r}: matcher {mname!r} is not a Matcher")
-            if not isinstance(matcher.tier, Tier) or matcher.tier is Tier.NONE:
-                raise PluginError(f"plugin {plugin!r}: matcher {mname!r}: tier must be Tier.TIER1 or Tier.TIER2, "
-                                  f"got {matcher.tier!r}")
-            if not isinstance(matcher.order, int) or isinstance(matcher.order, bool):
-                raise PluginError(f"plugin {plugin!r}: matcher {mname!r}: order must be an int, got {matcher.order!r}")
-            if matcher.explain is not None and not callable(matcher.explain):
-                raise PluginError(f"plugin {plugin!r}: matcher {mname!r}: explain must be callable or None")
-            matchers.append(matcher)
+        found = registered_matchers(pm)
+        matchers = [matcher for matcher, _plugin in found.values()]
         trusted = frozenset(mname for mname, (_m, plugin) in found.items() if plugin in BUILTIN_PLUGINS)
         return cls(pack, matchers, kinds, pm, trusted=trusted)
 

@@ -249,6 +249,22 @@ def test_a_matcher_with_a_bad_tier_or_order_is_refused(pm: pluggy.PluginManager,
         Engine.build("default", pm)
 
 
+@pytest.mark.parametrize("field, value, problem", [
+    ("tier", "tier1", "tier must be Tier.TIER1 or Tier.TIER2, got 'tier1'"),
+    ("tier", Tier.NONE, "tier must be Tier.TIER1 or Tier.TIER2, got <Tier.NONE: 'none-unknown'>"),
+    ("order", "abc", "order must be an int, got 'abc'"),
+    ("order", True, "order must be an int, got True"),
+])
+def test_plugins_refuses_a_bad_matcher_as_every_command_does(cli_uses_pm: pluggy.PluginManager,
+                                                            register_plugin: Callable[..., Any],
+                                                            field: str, value: Any, problem: str) -> None:
+    matcher = dataclasses.replace(Matcher("acme-odd", Tier.TIER2, 500, lambda ctx: None), **{field: value})
+    register_plugin(Matchers(matcher), "acme-odd")
+    result = _cli("plugins")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == f"Error: plugin 'acme-odd': matcher 'acme-odd': {problem}\n"
+
+
 def test_a_matcher_whose_explain_raises_is_shown_in_explain(pm: pluggy.PluginManager,
                                                             register_plugin: Callable[..., Any]) -> None:
     register_plugin(Matchers(Matcher("acme-x", Tier.TIER2, 500, lambda ctx: None, _raising)), "acme-x")
