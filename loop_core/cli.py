@@ -911,9 +911,10 @@ def _tracker_spec(name: str, pm: Any = None, repo: str | None = None) -> tuple[A
     when it has them); a usage error for any other name, or for a ``repo`` given to a
     tracker that takes none."""
     from .plugins import collect, make_plugin_manager
+    from .trackers import TrackerSpec
 
     specs: dict[str, tuple[Any, str]] = collect(pm or make_plugin_manager(), "loop_register_trackers",
-                                                lambda t: t.name, "tracker")
+                                                lambda t: t.name, "tracker", TrackerSpec)
     if name not in specs:
         raise LoopClickError(f"--tracker {name!r}: unknown tracker (trackers: {', '.join(sorted(specs))})")
     spec = specs[name][0]
@@ -1372,12 +1373,14 @@ def plugins() -> None:
     Example:
         loop-rules plugins
     """
+    from .conditions import ConditionKind
     from .engine import condition_kinds, registered_matchers, rule_packs
     from .plugins import collect, make_plugin_manager, plugin_report
 
     pm = make_plugin_manager()
     matchers = registered_matchers(pm)  # checked as a run checks them: a bad order cannot be sorted
-    kinds: dict[str, tuple[Any, str]] = collect(pm, "loop_register_conditions", lambda k: k.name, "condition kind")
+    kinds: dict[str, tuple[Any, str]] = collect(pm, "loop_register_conditions", lambda k: k.name, "condition kind",
+                                                ConditionKind)
     condition_kinds(pm)
     report = {
         "plugins": plugin_report(pm),

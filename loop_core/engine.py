@@ -189,7 +189,7 @@ def _traces_problem(traces: Any, depth: int) -> str | None:
 
 def condition_kinds(pm: pluggy.PluginManager) -> dict[str, ConditionKind]:
     found: dict[str, tuple[ConditionKind, str]] = collect(
-        pm, "loop_register_conditions", lambda k: k.name, "condition kind")
+        pm, "loop_register_conditions", lambda k: k.name, "condition kind", ConditionKind)
     for name, (_kind, plugin) in found.items():
         if name in RESERVED_KINDS:
             raise PluginError(f"plugin {plugin!r}: condition kind name {name!r} is reserved")
@@ -201,7 +201,8 @@ def registered_matchers(pm: pluggy.PluginManager) -> dict[str, tuple[Matcher, st
 
     :raises PluginError: a plugin registered something that is not a valid Matcher.
     """
-    found: dict[str, tuple[Matcher, str]] = collect(pm, "loop_register_matchers", lambda m: m.name, "matcher")
+    found: dict[str, tuple[Matcher, str]] = collect(pm, "loop_register_matchers", lambda m: m.name, "matcher",
+                                                      Matcher)
     for mname, (matcher, plugin) in found.items():
         if not isinstance(matcher, Matcher) or not callable(matcher.match):
             raise PluginError(f"plugin {plugin!r}: matcher {mname!r} is not a Matcher")
@@ -216,7 +217,8 @@ def registered_matchers(pm: pluggy.PluginManager) -> dict[str, tuple[Matcher, st
 
 
 def rule_packs(pm: pluggy.PluginManager) -> dict[str, PackInfo]:
-    found: dict[str, tuple[PackInfo, str]] = collect(pm, "loop_register_rule_packs", lambda p: p.name, "rule pack")
+    found: dict[str, tuple[PackInfo, str]] = collect(pm, "loop_register_rule_packs", lambda p: p.name, "rule pack",
+                                                       PackInfo)
     return {name: info for name, (info, _plugin) in found.items()}
 
 

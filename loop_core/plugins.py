@@ -196,17 +196,28 @@ def collect(
     hook_name: str,
     key: Callable[[T], str],
     what: str,
+    kind: type[T] | None = None,
 ) -> dict[str, tuple[T, str]]:
     """Call a ``register`` hook on every plugin; return name -> (item, plugin name).
 
     Each implementation gets its own callback so a duplicate can name both
     plugins, and is called through the plugin manager (a subset caller of
     that plugin alone), so ``LOOP_RULES_TRACE_HOOKS`` traces it like any hook,
-    the callback naming the plugin.
+    the callback naming the plugin. With ``kind``, an item of another type is
+    refused before ``key`` reads it.
     """
     found: dict[str, tuple[T, str]] = {}
 
     def add(item: T, plugin: str) -> None:
+        if kind is not None and not isinstance(item, kind):
+            # key() would fail on it with an AttributeError that names neither what was expected nor why.
+            named = getattr(item, "name", None)
+            if isinstance(named, str):
+                raise PluginError(f"plugin {plugin!r}: {what} {named!r} is not a {kind.__name__}")
+            shown = repr(item)
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            raise PluginError(f"plugin {plugin!r}: a {what} must be a {kind.__name__}, got "
+                              f"{type(item).__name__} {shown}")
         name = key(item)
         if not isinstance(name, str):  # names are sorted, shown and looked up as text
             raise PluginError(f"plugin {plugin!r}: {what} name must be text, got {name!r}")

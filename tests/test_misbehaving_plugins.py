@@ -746,6 +746,31 @@ def test_a_tracker_name_that_is_not_text_is_a_plugin_error(cli_uses_pm: pluggy.P
                                                      "text, got 42\n"))
 
 
+class Unwrapped:
+    """Registers the fields of one thing, not the thing: ``register(("acme", ...))``."""
+
+    def __init__(self, hook: str, item: Any) -> None:
+        setattr(self, hook, hookimpl(specname=hook)(lambda register: register(item)))
+
+
+@pytest.mark.parametrize("hook, item, problem", [
+    ("loop_register_matchers", ("acme-bus", Tier.TIER2, 150),
+     "a matcher must be a Matcher, got tuple ('acme-bus', <Tier.TIER2: 'tier2'>, 150)"),
+    ("loop_register_conditions", {"name": "acme_kind"},
+     "a condition kind must be a ConditionKind, got dict {'name': 'acme_kind'}"),
+    ("loop_register_rule_packs", ("acme", "rules"), "a rule pack must be a PackInfo, got tuple ('acme', 'rules')"),
+    ("loop_register_trackers", "jsonfile", "a tracker must be a TrackerSpec, got str 'jsonfile'"),
+])
+def test_registering_something_else_says_what_register_takes(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path,
+        hook: str, item: Any, problem: str) -> None:
+    """It was "loop_register_matchers failed: AttributeError("'tuple' object has no attribute 'name'")"."""
+    register_plugin(Unwrapped(hook, item), "acme-unwrapped")
+    args = ("run", captures, "--dry-run") if hook == "loop_register_trackers" else ("plugins",)
+    result = _cli(*args)
+    assert (result.exit_code, result.stderr) == (2, f"Error: plugin 'acme-unwrapped': {problem}\n")
+
+
 @pytest.mark.parametrize("inputs, kept", [
     (types.MappingProxyType({"source": "acme", "gpus": (0, 1)}), {"source": "acme", "gpus": [0, 1]}),
     (_deep(99), _deep(99)),  # 100 levels of mappings
