@@ -7,6 +7,7 @@ sorts the matchers. ``classify`` is then a pure function of the bundle.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -217,9 +218,29 @@ def registered_matchers(pm: pluggy.PluginManager) -> dict[str, tuple[Matcher, st
 
 
 def rule_packs(pm: pluggy.PluginManager) -> dict[str, PackInfo]:
-    found: dict[str, tuple[PackInfo, str]] = collect(pm, "loop_register_rule_packs", lambda p: p.name, "rule pack",
-                                                       PackInfo)
-    return {name: info for name, (info, _plugin) in found.items()}
+    return {name: info for name, (info, _plugin) in _registered_packs(pm).items()}
+
+
+def _registered_packs(pm: pluggy.PluginManager) -> dict[str, tuple[PackInfo, str]]:
+    return collect(pm, "loop_register_rule_packs", lambda p: p.name, "rule pack", PackInfo)
+
+
+def _check_registered_dir(root: Path, name: str, plugin: str, *, allow_empty: bool) -> None:
+    """A registered pack's directory exists and holds rule files. Said with the pack and
+    its plugin: the usual cause is a plugin whose YAML was left out of its package."""
+    root = Path(root)
+    where = f"rule pack {name!r} (plugin {plugin!r}): {root}"
+    hint = "; the plugin must ship the pack's YAML files with its package (package data)"
+    if not root.is_dir():
+        raise RuleError(f"{where}: no such directory{hint}")
+    if allow_empty:
+        return
+    try:
+        names = [entry.name for entry in os.scandir(root)]
+    except OSError:
+        return  # load_rules reports what the system says
+    if not any(n.endswith((".yml", ".yaml")) and not n.startswith(".") for n in names):
+        raise RuleError(f"{where}: no rule files (*.yml or *.yaml){hint}")
 
 
 def resolve_pack(spec: str | Path, packs: Mapping[str, PackInfo]) -> tuple[Path, str, str]:
@@ -270,7 +291,10 @@ class Engine:
         """
         pm = pm or make_plugin_manager()
         kinds = condition_kinds(pm)
-        root, name, shown = resolve_pack(rules, rule_packs(pm))
+        registered = _registered_packs(pm)
+        root, name, shown = resolve_pack(rules, {n: info for n, (info, _plugin) in registered.items()})
+        if str(rules) in registered:
+            _check_registered_dir(root, name, registered[name][1], allow_empty=allow_empty)
         pack = load_rules(root, kinds, name=name, collect_errors=collect_errors, display_root=shown,
                           allow_empty=allow_empty)
         found = registered_matchers(pm)

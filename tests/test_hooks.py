@@ -79,6 +79,25 @@ def test_hook_loop_register_rule_packs_duplicate_names_both_plugins(
     assert "'loop_rules.packs'" in str(err.value) and "'acme-packs'" in str(err.value)
 
 
+def test_hook_loop_register_rule_packs_without_its_yaml_names_the_pack_and_plugin(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Register, tmp_path: Path) -> None:
+    """A plugin installed without its package data: the error said only "<path>: rule
+    pack directory not found", or asked of the empty folder "is it a rule pack?"."""
+    rules = tmp_path / "rules"
+    register_plugin(PackPlugin("acme", rules), "acme-packs")
+    hint = "the plugin must ship the pack's YAML files with its package (package data)"
+    with pytest.raises(RuleError, match=r"^rule pack 'acme' \(plugin 'acme-packs'\): .*rules: no such directory; "):
+        Engine.build("acme", cli_uses_pm)
+    rules.mkdir()
+    (rules / "__init__.py").write_text("")
+    result = _cli("classify", "--rules", "acme", tmp_path)
+    assert (result.exit_code, result.stderr) == (
+        2, f"Error: rule pack 'acme' (plugin 'acme-packs'): {rules}: no rule files (*.yml or *.yaml); {hint}\n")
+    result = _cli("check", "--rules", "acme")
+    problem = f"rule pack 'acme' (plugin 'acme-packs'): {rules}: no rule files (*.yml or *.yaml); {hint}"
+    assert (result.exit_code, result.stdout) == (1, f"error: {problem}\ncheck: 1 problem(s)\n")
+
+
 # -- loop_register_conditions ------------------------------------------------
 
 
