@@ -352,7 +352,7 @@ class Select(Condition):
         view.timeouts += 1
         view.warnings.append(
             f"regex {self.operand.pattern!r} on {self.selector.text} timed out after "
-            f"{self.timeout:g}s; the rule evaluating it does not match"
+            f"{self.timeout:g}s; the rule does not match"
         )
 
     def explain(self, view: View) -> Trace:

@@ -91,7 +91,7 @@ class Rule:
         values, a plugin's condition kind), reported as a warning: the rules
         after it are still evaluated.
         """
-        before = view.timeouts
+        before, first = view.timeouts, len(view.warnings)
         try:
             hit = self.when.evaluate(view)
         except PLUGIN_FAILURES as e:  # one rule's failure must not end the bundle's classification
@@ -99,6 +99,7 @@ class Rule:
             return False
         if view.timeouts == before:
             return hit
+        self._own(view, first)
         if hit:
             view.warnings.append(f"rule {self.id!r} would match, but a regex timed out while it was "
                                  "evaluated; counted as no match")
@@ -106,14 +107,20 @@ class Rule:
 
     def explain(self, view: View) -> tuple[Trace, bool]:
         """``(trace of when, matched)``, with the same timeout and error rules as :meth:`matches`."""
-        before = view.timeouts
+        before, first = view.timeouts, len(view.warnings)
         try:
             trace = self.when.explain(view)
         except PLUGIN_FAILURES as e:  # as in matches
             message = self._failed(e)
             view.warnings.append(message)
             return Trace("when", False, message), False
+        self._own(view, first)
         return trace, trace.matched and view.timeouts == before
+
+    def _own(self, view: View, first: int) -> None:
+        """Name this rule in the warnings its conditions added (a regex that timed out
+        knows its pattern and selector, not the rule), so a run's list says which rule to fix."""
+        view.warnings[first:] = [f"rule {self.id!r}: {w}" for w in view.warnings[first:]]
 
     def _failed(self, error: BaseException) -> str:
         if isinstance(error, KindAnswerError):

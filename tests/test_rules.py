@@ -182,7 +182,7 @@ def test_classify_reports_a_regex_timeout(tmp_path: Path, bundle_dir) -> None:  
     target = bundle_dir("a" * 50_000 + "!")
     result = CliRunner().invoke(cli, ["classify", "--rules", str(pack), str(target)])
     assert result.exit_code == 0
-    assert "warning: regex '^(a+)+$' on $.signal.error_text timed out" in result.output
+    assert "warning: rule 'slow': regex '^(a+)+$' on $.signal.error_text timed out" in result.output
 
 
 def test_pack_settings_are_validated(tmp_path: Path, pm: pluggy.PluginManager) -> None:

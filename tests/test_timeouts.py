@@ -84,7 +84,20 @@ def test_classify_cli_warns(tmp_path: Path, bundle_dir) -> None:  # type: ignore
     result = CliRunner().invoke(cli, ["classify", "--rules", str(_pack(tmp_path)), str(target)])
     assert result.exit_code == 0
     assert "fallback" in result.output
-    assert "warning: regex '^(a+)+$' on $.signal.error_text timed out" in result.output
+    assert "warning: rule 'not-slow': regex '^(a+)+$' on $.signal.error_text timed out" in result.output
+
+
+def test_the_warning_names_the_rule_whose_regex_timed_out(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    """The warning named the pattern and the selector, so a run's list of warnings did
+    not say which rule of the pack to fix."""
+    engine = Engine.build(_pack(tmp_path), pm)
+    verdict = engine.classify(make_bundle(CATASTROPHIC))
+    assert verdict.warnings == (
+        "rule 'not-slow': regex '^(a+)+$' on $.signal.error_text timed out after 0.25s; the rule does not match",
+        "rule 'not-slow' would match, but a regex timed out while it was evaluated; counted as no match",
+    )
+    explained, _traces = engine.explain(make_bundle(CATASTROPHIC))
+    assert explained.warnings == verdict.warnings
 
 
 def test_classifying_the_same_bundle_again_gives_the_same_warnings(tmp_path: Path,
