@@ -399,11 +399,13 @@ class Select(Condition):
             return (bool(values) == self.operand), ""
         if not values:
             return False, ""
+        missed = ""
         for value in values:
             hit, detail = self._one(view, value)
             if hit:
                 return True, detail
-        return False, ""
+            missed = missed or detail  # a search that timed out: explain says so on this line
+        return False, missed
 
     def _one(self, view: View, value: Any) -> tuple[bool, str]:
         op = self.op
@@ -414,7 +416,7 @@ class Select(Condition):
                 m = self.operand.search(value, timeout=self.timeout, index=view.index(value))
             except TimeoutError:
                 self._timed_out(view)
-                return False, "timed out"
+                return False, f"timed out after {self.timeout:g}s"
             if m is None:
                 return False, ""
             return True, f"span {m.span()} {_short(m.group())}"

@@ -79,6 +79,18 @@ def test_explain_marks_the_rule_as_not_matching(tmp_path: Path, pm: pluggy.Plugi
     assert "timed out" in not_slow.detail
 
 
+def test_explain_says_which_search_timed_out(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    """The line of the search showed its value only, as for a pattern that is not there."""
+    engine = Engine.build(_pack(tmp_path), pm)
+    _verdict, traces = engine.explain(make_bundle(CATASTROPHIC))
+    rows = next(t for t in traces if t.matcher == "tier2-rules")
+    node = next(t for t in rows.traces if t.label.startswith("not-slow"))
+    while not node.label.startswith("$.signal.error_text regex"):
+        node = node.children[-1]
+    assert not node.matched
+    assert node.detail.endswith("...; timed out after 0.25s")
+
+
 def test_classify_cli_warns(tmp_path: Path, bundle_dir) -> None:  # type: ignore[no-untyped-def]
     target = bundle_dir(CATASTROPHIC)
     result = CliRunner().invoke(cli, ["classify", "--rules", str(_pack(tmp_path)), str(target)])
