@@ -495,7 +495,7 @@ def _load_settings(doc: Any, label: str, base: PackSettings, problems: _Problems
     else:
         extra = sorted(set(tier1) - {"signature", "unless", "surface"})
         if extra:
-            problems.add(f"{label}: tier1_oom: unknown keys {extra}")
+            problems.add(f"{label}: tier1_oom: unknown keys {extra} (expected signature, surface, unless)")
         # An empty signature would read as "keep the default": refused, where an empty veto list is none.
         signature = _regex_list(tier1.get("signature"), f"{label}: tier1_oom.signature", problems, regexes,
                                 empty_ok=False)
@@ -541,17 +541,17 @@ def _regex_list(value: Any, where: str, problems: _Problems, regexes: RegexCache
         problems.add(f"{where}: must be a non-empty list of regular expressions (leave the key out for none)")
         return ()
     ok = True
-    for pattern in value:
+    for i, pattern in enumerate(value):  # each named by its place in the list, as check's probes name it
         try:
             regexes.make(pattern, 0)
         except regex.error as e:
-            problems.add(f"{where}: invalid regex {pattern!r}: {e}")
+            problems.add(f"{where}[{i}]: invalid regex {pattern!r}: {e}")
             ok = False
     if not ok:
         return tuple(value)
     for i, pattern in enumerate(value):
         if i and _NUMBERED_REFERENCE.search(pattern) and any(regex.compile(p).groups for p in value[:i]):
-            problems.add(f"{where}: {pattern!r} refers to a group by number, but the patterns are searched "
+            problems.add(f"{where}[{i}]: {pattern!r} refers to a group by number, but the patterns are searched "
                          "as one regex where an earlier pattern's groups come first; use a named group")
     try:
         regexes.make(any_of(value), regex.IGNORECASE)

@@ -214,7 +214,7 @@ def test_signature_patterns_that_only_break_when_joined_are_reported(
 
 def test_signature_back_references_by_number_are_reported(tmp_path: Path, pm: pluggy.PluginManager) -> None:
     pack = write(tmp_path / "p", "pack.yml", "tier1_oom:\n  signature: ['(cuda) oom \\1', '(hip) oom \\1']\n")
-    assert "'(hip) oom \\\\1' refers to a group by number" in problems_of(pack, pm)
+    assert "p/pack.yml: tier1_oom.signature[1]: '(hip) oom \\\\1' refers to a group by number" in problems_of(pack, pm)
     named = write(tmp_path / "q", "pack.yml",
                   "tier1_oom:\n  signature: ['(cuda) oom \\1', '(?P<h>hip) oom (?P=h)']\n")
     write(named, "10.yml", GOOD.format(id="r", cls="unknown", regex="zzz", example="zzz"))
@@ -355,7 +355,7 @@ def test_conflicting_flags_in_the_tier1_signature_are_a_problem_not_a_crash(
         tmp_path: Path, pm: pluggy.PluginManager) -> None:
     pack = write(tmp_path / "p", "pack.yml", "tier1_oom:\n  signature: ['(?a)(?u)oom']\n")
     write(pack, "10.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
-    assert "p/pack.yml: tier1_oom.signature: invalid regex '(?a)(?u)oom'" in problems_of(pack, pm)
+    assert "p/pack.yml: tier1_oom.signature[0]: invalid regex '(?a)(?u)oom'" in problems_of(pack, pm)
     result = CliRunner().invoke(cli, ["classify", "--rules", str(pack), str(ROOT / "examples" / "pull-captures")])
     assert result.exit_code == 2 and "internal error" not in result.output
 

@@ -195,6 +195,20 @@ def test_pack_settings_are_validated(tmp_path: Path, pm: pluggy.PluginManager) -
     assert "invalid regex '('" in joined
 
 
+def test_pack_settings_problems_name_the_pattern_and_the_keys_taken(tmp_path: Path) -> None:
+    """A bad pattern was "tier1_oom.signature: invalid regex", with no place in the list,
+    and a misspelt key listed no keys to choose from."""
+    pack = write(tmp_path / "p", "pack.yml", "tier1_oom: {signature: ['cuda oom', '(hip'], unles: []}\n")
+    write(pack, "10.yml", "- {id: r, class: unknown, description: d, when: {select: $.signal.all_text, "
+                          "regex: 'boom'}, examples: {match: [boom], no_match: [bang]}}\n")
+    result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"error: {pack}/pack.yml: tier1_oom: unknown keys ['unles'] (expected signature, surface, unless)\n"
+        f"error: {pack}/pack.yml: tier1_oom.signature[1]: invalid regex '(hip': missing ) at position 4\n"
+        "check: 2 problem(s)\n")
+
+
 def test_both_shipped_packs_check_clean(pm: pluggy.PluginManager) -> None:
     for name in ("default", "reference"):
         result = CliRunner().invoke(cli, ["check", "--rules", name])
