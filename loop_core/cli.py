@@ -480,8 +480,9 @@ def check(rules: str, strict: bool) -> None:
     Lint warnings: rules that can never win (an earlier matcher decides all
     of their match examples), rules without no_match examples, regexes with
     nested quantifiers, regexes searched over the whole of a long text (no
-    literal, or no bound on the lines a match spans), files that contribute
-    nothing.
+    literal, or no bound on the lines a match spans), regexes holding a
+    control character (YAML reads "\\b" in double quotes as a backspace:
+    quote patterns with single quotes), files that contribute nothing.
 
     \b
     Example:

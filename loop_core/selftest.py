@@ -23,6 +23,9 @@ _PROBES = tuple(c * 20_000 + "!" for c in ("a", "0", " ", "x", "=", "-", "\n", "
     "ab" * 10_000 + "!", "a " * 10_000 + "!",
 )
 _NESTED = regex.compile(r"\((?:[^()\\]|\\.)*[+*](?:[^()\\]|\\.)*\)[+*{]")
+# Control characters YAML makes of a regex escape written in double quotes ("\bnccl\b" is
+# a backspace, then nccl), which no log line holds; a tab or a newline may be meant.
+_YAML_ESCAPES = {"\x08": "\\b", "\x07": "\\a", "\x0b": "\\v", "\x0c": "\\f", "\x00": "\\0", "\x1b": "\\e"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,3 +146,8 @@ def _probe(guarded: GuardedRegex, timeout: float, where: str, errors: list[str],
             break
     if _NESTED.search(pattern.pattern):
         warnings.append(f"{where}: regex {pattern.pattern!r} nests quantifiers; it may backtrack catastrophically")
+    control = next((c for c in pattern.pattern if c in _YAML_ESCAPES), None)
+    if control is not None:
+        warnings.append(f"{where}: regex {pattern.pattern!r} holds the control character {control!r}, which "
+                        f"YAML makes of {_YAML_ESCAPES[control]} in double quotes; write the pattern in single "
+                        "quotes")

@@ -209,6 +209,24 @@ def test_pack_settings_problems_name_the_pattern_and_the_keys_taken(tmp_path: Pa
         "check: 2 problem(s)\n")
 
 
+def test_check_warns_of_a_regex_escape_yaml_read_in_double_quotes(tmp_path: Path) -> None:
+    """In double quotes YAML reads "\\b" as a backspace: the rule's pattern then needs one in
+    the log, and a Tier-1 signature, which has no examples, silently never matches."""
+    pack = write(tmp_path / "p", "10.yml", '- id: nccl\n  class: unknown\n  description: d\n'
+                 '  when: {select: $.signal.final_error, regex: "(?i)\\bnccl error"}\n'
+                 '  examples: {match: ["\\bNCCL error"], no_match: [boom]}\n')
+    write(pack, "pack.yml", 'tier1_oom:\n  signature: [\'\\bcuda oom\', "\\bhip oom"]\n')
+    result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
+    assert result.exit_code == 0
+    advice = "which YAML makes of \\b in double quotes; write the pattern in single quotes"
+    assert result.output == (
+        f"warning: {pack}/10.yml[0] nccl: regex '(?i)\\x08nccl error' holds the control character '\\x08', "
+        f"{advice}\n"
+        f"warning: {pack}/pack.yml: tier1_oom.signature[1]: regex '\\x08hip oom' holds the control character "
+        f"'\\x08', {advice}\n"
+        "check: pack p: 1 rules, 0 exact fingerprints, 2 files; 0 problem(s), 2 warning(s)\n")
+
+
 def test_both_shipped_packs_check_clean(pm: pluggy.PluginManager) -> None:
     for name in ("default", "reference"):
         result = CliRunner().invoke(cli, ["check", "--rules", name])
