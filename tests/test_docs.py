@@ -261,6 +261,19 @@ def test_the_browsing_outputs_shown_are_those_of_the_example_captures(tmp_path: 
             assert output == printed, where
 
 
+def test_the_plugins_sample_is_the_output_with_the_builtins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It left out two of the seven built-in plugins."""
+    monkeypatch.setenv("LOOP_RULES_DISABLE_PLUGIN_AUTOLOAD", "1")
+    result = CliRunner().invoke(cli, ["plugins"])
+    assert result.exit_code == 0
+    printed = json.loads(result.output)
+    text = PLUGINS_MD.read_text(encoding="utf-8")
+    shown = json.loads(text.split("$ loop-rules plugins\n", 1)[1].split("```", 1)[0])
+    for pack in printed["rule_packs"] + shown["rule_packs"]:
+        del pack["path"]  # shortened in the docs, and the installed copy's elsewhere
+    assert shown == printed
+
+
 # -- hooks: documented and tested -------------------------------------------
 
 
