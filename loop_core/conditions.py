@@ -178,7 +178,7 @@ def compile_selector(text: Any) -> Selector:
             steps.append(int(index) if index else (name or quoted))
         _check_top(steps[0], text)
         if steps[0] == "signal" and len(steps) >= 2 and steps[1] not in SIGNALS:
-            raise ValueError(f"unknown signal {steps[1]!r} in selector {text!r}")
+            raise ValueError(_unknown_signal(steps[1], text))
         return Selector(text, tuple(steps))
     try:
         from jsonpath_ng.ext import parse  # imported lazily: start-up cost
@@ -196,8 +196,18 @@ def compile_selector(text: Any) -> Selector:
         names = [a or b for a, b in _HEAD_STEP.findall(head.group(0))]
         _check_top(names[0], text)
         if names[0] == "signal" and len(names) >= 2 and names[1] not in SIGNALS:
-            raise ValueError(f"unknown signal {names[1]!r} in selector {text!r}")
+            raise ValueError(_unknown_signal(names[1], text))
     return Selector(text, None, compiled)
+
+
+def _unknown_signal(name: Any, text: str) -> str:
+    """The problem with ``$.signal.<name>``, with the signal meant when the name is a slip
+    of one (``final_eror``, ``http_status``), else the signals there are."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), SIGNALS, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"signals: {', '.join(SIGNALS)}"
+    return f"unknown signal {name!r} in selector {text!r} ({hint})"
 
 
 def _refuse_filter_regexes(path: Any, text: str) -> None:

@@ -256,6 +256,26 @@ def test_a_misspelt_name_at_the_start_of_a_general_path_is_named(tmp_path: Path,
         Engine.build(pack, pm)
 
 
+SIGNAL_LIST = ("(signals: error_source, error_text, error_substring, error_text_lower, all_text, final_error, "
+               "boot_ok, download_ok, red_caps, green_caps, unsmoked_caps, first_red_cap, http_statuses, "
+               "abort_reason, is_gate_only, schema, outcome, quant_label, arch_family, engine, model)")
+
+
+@pytest.mark.parametrize("selector, hint", [
+    ("$.signal.final_eror", "(did you mean 'final_error'?)"),
+    ("$.signal.http_status[*]", "(did you mean 'http_statuses'?)"),
+    ("$.signal.nonsense", SIGNAL_LIST),
+])
+def test_an_unknown_signal_says_which_was_meant_or_lists_them(tmp_path: Path, pm: pluggy.PluginManager,
+                                                              selector: str, hint: str) -> None:
+    """The message named the bad signal only: the author had to look the right name up."""
+    pack = write(tmp_path / "p", "10.yml", "- id: r\n  class: unknown\n  description: d\n"
+                 f"  when: {{select: \"{selector}\", exists: true}}\n  examples: {{match: [x]}}\n")
+    name = selector.split(".")[2].split("[")[0]
+    with pytest.raises(RuleError, match=re.escape(f"unknown signal {name!r} in selector {selector!r} {hint}")):
+        Engine.build(pack, pm)
+
+
 @pytest.mark.parametrize("selector", ["$.signal.http_statuses[*]", "$.pt4.results_detail[*].status", "$..status",
                                       "$.*", "$.signal.red_caps[?(@ == 'tools')]"])
 def test_general_paths_with_known_names_load(tmp_path: Path, pm: pluggy.PluginManager, selector: str) -> None:
