@@ -449,6 +449,16 @@ def _has_exact_entries(text: str, label: str) -> bool:
     return isinstance(doc, dict) and bool(doc.get("exact"))
 
 
+def _winner(name: str, sources: dict[str, Any], pack: RulePack) -> str:
+    """What decided before a rule, said so the maintainer can find it: a rule with its
+    place, a fingerprint as the exact entry it is, a matcher (Tier-1, a plugin's) by name."""
+    if name in sources:
+        return f"{name} ({sources[name]})"
+    if name in pack.exact:
+        return f"exact entry {name!r}"
+    return name
+
+
 def lint_pack(engine: Engine) -> list[Lint]:
     """Problems a pack loads fine with but a maintainer wants to hear about.
 
@@ -465,6 +475,7 @@ def lint_pack(engine: Engine) -> list[Lint]:
     pack: RulePack = engine.pack
     out: list[Lint] = []
     dead: set[str] = set()
+    sources = {rule.id: rule.source for rule in pack.rules}
     for rule in pack.active_rules:
         winners = []
         for example in rule.match_examples:
@@ -473,7 +484,7 @@ def lint_pack(engine: Engine) -> list[Lint]:
                 winners.append(engine.classify(bundle).matched_rule)
         if winners and all(w != rule.id for w in winners):
             dead.add(rule.id)
-            by = sorted({w or "no rule" for w in winners})
+            by = [_winner(w, sources, pack) for w in sorted({w or "no rule" for w in winners})]
             out.append(Lint("warning", f"{rule.source} {rule.id}: unreachable, can never win: every match example "
                                        f"is decided earlier by {', '.join(by)}"))
         if not rule.no_match_examples:

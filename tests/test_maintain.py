@@ -392,13 +392,33 @@ def test_lint_finds_unreachable_rules_and_idle_files(tmp_path: Path) -> None:
     result = invoke("check", "--rules", str(pack))
     assert result.exit_code == 0  # warnings only
     out = result.output
-    assert "p/20-narrow.yml[0] narrow: unreachable, can never win: every match example is decided earlier by broad" in out
+    assert ("p/20-narrow.yml[0] narrow: unreachable, can never win: every match example is decided earlier by "
+            f"broad ({pack}/10-broad.yml[0])\n") in out
     assert "narrow: no no_match examples" in out
     assert "p/30-empty.yml: contributes nothing (no rules, no exact entries)" in out
     assert "p/50-no-pins.yml: contributes nothing (no rules, no exact entries)" in out
     assert "40-pins.yml" not in out  # a comment on its exact: line hid its entry
     assert "p/20-narrow.yml: contributes nothing: all of its rules are unreachable" in out
     assert invoke("check", "--strict", "--rules", str(pack)).exit_code == 1
+
+
+def test_lint_says_where_what_decides_first_is(tmp_path: Path) -> None:
+    """"decided earlier by broad" left the maintainer to search the pack for broad, and an
+    exact-table hit was a bare fingerprint."""
+    from loop_core.keys import tier2_fingerprint
+
+    pack = tmp_path / "p"
+    pack.mkdir()
+    fingerprint = tier2_fingerprint("valueerror: pinned", "LlamaForCausalLM", "vllm/vllm-openai:v0.21.0")
+    (pack / "10-pins.yml").write_text(f"exact:\n  '{fingerprint}': quant-unsupported\n")
+    (pack / "20-late.yml").write_text(
+        "- id: late\n  class: kernel-unsupported\n  description: d\n"
+        "  when: {select: $.signal.all_text, regex: '(?i)pinned|out of memory'}\n"
+        "  examples: {match: ['ValueError: pinned', 'torch.cuda.OutOfMemoryError: CUDA out of memory'], "
+        "no_match: [fine]}\n")
+    out = invoke("check", "--rules", str(pack)).output
+    assert ("late: unreachable, can never win: every match example is decided earlier by "
+            f"exact entry '{fingerprint}', tier1-oom-fastpath\n") in out
 
 
 def test_lint_names_regexes_that_are_searched_over_whole_logs(tmp_path: Path) -> None:
