@@ -435,7 +435,10 @@ def _compile(texts: dict[str, str], shown: str, settings: PackSettings, kinds: M
         if isinstance(doc, dict):
             extra = sorted(set(doc) - {"rules", "exact"})
             if extra:
-                problems.add(f"{label}: unknown top-level keys {extra} (expected rules, exact)")
+                # pack.yaml, Pack.yml: the settings read only from pack.yml, taken for a rule file.
+                rename = f"; pack settings are read from {PACK_FILE} only: rename the file" if (
+                    file_name.lower().rsplit(".", 1)[0] == "pack" and file_name != PACK_FILE) else ""
+                problems.add(f"{label}: unknown top-level keys {extra} (expected rules, exact){rename}")
             raw_rules = doc.get("rules", [])
             if raw_rules is None:
                 raw_rules = []
