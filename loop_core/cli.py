@@ -740,16 +740,23 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
         raise LoopClickError(f"--rules {_shown(rules_dir)}: no such pack directory (learn edits a pack's files: give "
                              "the directory of the pack to teach, such as a copy of rules.d, not a pack name)")
     pm = make_plugin_manager()
+
+    def pack_to_edit() -> Any:
+        try:
+            return Engine.build(str(rules_dir), pm, allow_empty=True)
+        except RuleError as e:  # said as every command says it, and that the table is untouched
+            raise LoopClickError(f"{e}{_more_problems(str(rules_dir))}; nothing was learned") from e
+
     queue = None
     if review_hash:
         if bundle is not None or captures is None:
             raise LoopClickError("--review HASH needs --captures DIR and no BUNDLE")
         queue = ReviewQueue(captures)
-        fingerprint, substring = waiting_fingerprint(queue, review_hash, Engine.build(str(rules_dir), pm, allow_empty=True))
+        fingerprint, substring = waiting_fingerprint(queue, review_hash, pack_to_edit())
         what, origin = f"review-queue entry {review_hash}", f"review {review_hash}"
     elif bundle is not None:
         read = _read_one_bundle(bundle)
-        ctx = Engine.build(str(rules_dir), pm, allow_empty=True).context(read)
+        ctx = pack_to_edit().context(read)
         fingerprint, substring = ctx.fingerprint, ctx.error_substring
         what, origin = _shown(bundle), f"bundle {bundle.name}"
         if captures is not None:

@@ -366,6 +366,23 @@ def test_a_second_pack_that_is_not_found_is_named_by_its_own_option(tmp_path: Pa
     assert f"Error: {option} 'nope': neither a registered pack (default, reference) nor a directory" in result.output
 
 
+def test_learn_into_a_pack_that_does_not_load_says_so_as_every_command_does(tmp_path: Path) -> None:
+    """It gave the first problem alone, without the count and the check command the other
+    commands add, and did not say whether the table had changed."""
+    pack = tmp_path / "mine"
+    pack.mkdir()
+    (pack / "10-bad.yml").write_text("- {id: a, class: oom, description: d, when: {select: $.signal.x, regex: b},"
+                                     " examples: {match: [b]}}\n")
+    bundle = write_bundle(tmp_path / "b" / "1", make_bundle(NOVEL))
+    result = invoke("learn", str(bundle), "--as", "unknown", "--rules", str(pack))
+    assert result.exit_code == 2
+    assert result.output == (
+        f"Error: {pack}/10-bad.yml[0] a: unknown class 'oom' (classes: genuine-oom, overlay-arch-drift, "
+        "kernel-unsupported, quant-unsupported, benign-cold-start, unknown) (one of 2 problems; "
+        f"`loop-rules check --rules {pack}` lists them all); nothing was learned\n")
+    assert sorted(p.name for p in pack.iterdir()) == ["10-bad.yml"]
+
+
 def test_learn_starts_a_new_pack_in_an_empty_folder(tmp_path: Path) -> None:
     # A folder without rule files is refused as a --rules for classify; learn starts one there.
     bundle = write_bundle(tmp_path / "b" / "1", make_bundle(NOVEL))
