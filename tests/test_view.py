@@ -168,6 +168,21 @@ def test_views_of_one_bundle_compute_a_signal_once(monkeypatch: pytest.MonkeyPat
     assert calls == [bundle, other, bundle]
 
 
+def test_views_of_one_bundle_read_its_error_source_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import keys
+    from loop_core import view as view_module
+
+    calls: list[object] = []
+    monkeypatch.setattr(view_module, "error_source", lambda b: calls.append(b) or keys.error_source(b))
+    bundle = make_bundle("INFO starting\nValueError: bad")
+    assert View.of(bundle).error_source() == ("excerpt", "INFO starting\nValueError: bad")
+    view = View.of(bundle)
+    assert not view.lacks("final_error", frozenset(["valueerror"]))  # all_text not read: not known
+    assert not view.lacks("final_error", frozenset(["importerror"]))
+    assert view.error_source() == ("excerpt", "INFO starting\nValueError: bad")
+    assert calls == [bundle]
+
+
 # Every line boundary str.splitlines knows, and text around them.
 _PIECES = st.sampled_from(["\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028",
                            "\u2029", "", " ", "x", "RuntimeError: boom", "\u00e9\u00e9"])
