@@ -294,7 +294,8 @@ def _final_error(bundle: Bundle) -> str:
 
 
 def _failure_line(text: str) -> str | None:
-    """The last line of ``text`` with a word saying something failed, or None.
+    """The last line of ``text`` with a word saying something failed, or None; lines
+    are those ``str.splitlines`` cuts, as everywhere in :func:`_final_error`.
 
     Only logs without any error line get here. Only the lines holding one of the
     words (lower-cased) are matched: a regex over the whole log cost several times
@@ -303,10 +304,10 @@ def _failure_line(text: str) -> str | None:
     low = text.lower()
     if len(low) != len(text):  # a letter whose lower case is longer ("İ"): the places would not match
         return next((raw.strip() for raw in reversed_lines(text) if _FAILURE_WORDS.search(raw)), None)
-    for start, stop in _lines_holding(low, _FAILURE_HINTS, len(low), cr=True):
-        line = text[start:stop]
-        if _FAILURE_WORDS.search(line):
-            return line.strip()
+    for start, stop in _lines_holding(low, _FAILURE_HINTS, len(low)):
+        for raw in reversed(text[start:stop].splitlines()):  # a "\n" line may hold other line breaks
+            if _FAILURE_WORDS.search(raw):
+                return raw.strip()
     return None
 
 
@@ -322,10 +323,10 @@ def _exception_before(text: str, end: int) -> str | None:
     return None
 
 
-def _lines_holding(text: str, words: tuple[str, ...], end: int, *,
-                   cr: bool = False) -> Iterator[tuple[int, int]]:
-    """``(start, stop)`` of each line of ``text[:end]`` that holds one of ``words``, the
-    last first; lines end at each "\\n", and at each "\\r" too when ``cr``.
+def _lines_holding(text: str, words: tuple[str, ...], end: int) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` of each "\\n"-ended line of ``text[:end]`` that holds one of
+    ``words``, the last first. Such a line may hold other breaks ``str.splitlines``
+    cuts at: the callers split it again.
 
     Only the lines holding a word are read: each word's last place is found with
     ``rfind``, and looked for again only once the walk has passed it, so that each
@@ -341,11 +342,6 @@ def _lines_holding(text: str, words: tuple[str, ...], end: int, *,
             return
         start = text.rfind("\n", 0, at) + 1
         stop = text.find("\n", at, end)
-        if cr:
-            start = max(start, text.rfind("\r", 0, at) + 1)
-            cr_stop = text.find("\r", at, end)
-            if cr_stop >= 0 and (stop < 0 or cr_stop < stop):
-                stop = cr_stop
         yield start, end if stop < 0 else stop
         end = start
 

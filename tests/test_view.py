@@ -133,6 +133,14 @@ def test_without_an_error_line_the_last_line_saying_something_failed(text: str, 
     assert final_error(text) == expected
 
 
+@pytest.mark.parametrize("brk", ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"])
+def test_the_line_saying_something_failed_ends_where_splitlines_ends_it(brk: str) -> None:
+    # The walk that finds error lines, and the last line when there is none, read the
+    # lines str.splitlines cuts; so does the one for a failure word.
+    assert final_error(f"INFO starting\nconnection refused{brk}INFO done") == "connection refused"
+    assert final_error(f"INFO starting{brk}unable to bind\nINFO done") == "unable to bind"
+
+
 @pytest.mark.parametrize("text", ["INFO flash attention supported\nINFO done", "INFO errorless\nINFO done",
                                   "INFO no failures\nINFO done"])
 def test_a_failure_word_inside_another_word_is_not_one(text: str) -> None:
@@ -207,13 +215,27 @@ def _plain_lines_holding(text: str, words: tuple[str, ...], end: int, breaks: st
 _WALK_PIECES = st.sampled_from(["\n", "\r", "\r\n", "Error", "Killed", "rr", "x", " "])
 
 
-@given(st.lists(_WALK_PIECES, max_size=40).map("".join), st.booleans(), st.integers(min_value=0, max_value=200))
-def test_the_lines_holding_a_word_are_those_a_plain_walk_finds(text: str, cr: bool, end: int) -> None:
+@given(st.lists(_WALK_PIECES, max_size=40).map("".join), st.integers(min_value=0, max_value=200))
+def test_the_lines_holding_a_word_are_those_a_plain_walk_finds(text: str, end: int) -> None:
     from loop_core.view import _lines_holding
 
     end, words = min(end, len(text)), ("Error", "Killed", "rr")
-    plain = _plain_lines_holding(text, words, end, "\n\r" if cr else "\n")
-    assert list(_lines_holding(text, words, end, cr=cr)) == plain
+    assert list(_lines_holding(text, words, end)) == _plain_lines_holding(text, words, end, "\n")
+
+
+# Failure words, letters whose lower case is longer ("\u0130") or ASCII ("\u212a"), and
+# every kind of line break.
+_FAILURE_WORD_PIECES = st.sampled_from(["\n", "\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85",
+                                        "\u2028", "\u2029", " ", "x", "INFO done", "failed", "Unable to",
+                                        "couldn't", "\u0130", "\u212a", "\u00e9"])
+
+
+@given(st.lists(_FAILURE_WORD_PIECES, max_size=40).map("".join))
+def test_the_line_saying_something_failed_is_the_last_a_plain_walk_finds(text: str) -> None:
+    from loop_core.view import _FAILURE_WORDS, _failure_line
+
+    plain = next((line.strip() for line in reversed(text.splitlines()) if _FAILURE_WORDS.search(line)), None)
+    assert _failure_line(text) == plain
 
 
 def test_the_final_error_is_found_far_from_the_end() -> None:
