@@ -260,6 +260,12 @@ class UnknownPack(RuleError):
 
     def __init__(self, spec: str, known: list[str], option: str = "--rules") -> None:
         self.spec, self.known = spec, known
+        where = Path(spec)
+        if where.is_file() and where.suffix in (".yml", ".yaml"):
+            # A pack is its directory's files in order: one file alone is none.
+            super().__init__(f"{option} {spec!r}: a file of a pack, not a pack: give the directory that holds it "
+                             f"({option} {str(where.parent)!r})")
+            return
         super().__init__(f"{option} {spec!r}: neither a registered pack ({', '.join(known) or 'none'}) "
                          "nor a directory")
 

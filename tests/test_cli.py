@@ -166,6 +166,19 @@ def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
         "Error: --rules 'nope': neither a registered pack (default, reference) nor a directory"]
 
 
+def test_a_rule_file_given_as_the_pack_names_its_directory(tmp_path: Path) -> None:
+    """`--rules rules.d/10-benign.yml` was "neither a registered pack nor a directory",
+    which said nothing of what to give instead."""
+    pack = tmp_path / "my rules"
+    pack.mkdir()
+    (pack / "10-mine.yml").write_text("rules: []\n")
+    result = invoke("classify", "--rules", str(pack / "10-mine.yml"), str(tmp_path))
+    assert result.exit_code == 2
+    assert result.output.splitlines() == [
+        f"Error: --rules {str(pack / '10-mine.yml')!r}: a file of a pack, not a pack: give the directory "
+        f"that holds it (--rules {str(pack)!r})"]
+
+
 def test_check_lists_every_problem_and_exits_1(tmp_path: Path) -> None:
     (tmp_path / "10.yml").write_text("- id: a\n  class: nope\n- {id: b}\n")
     result = invoke("check", "--rules", str(tmp_path))
