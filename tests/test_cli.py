@@ -166,6 +166,24 @@ def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
         "Error: --rules 'nope': neither a registered pack (default, reference) nor a directory"]
 
 
+def test_test_on_a_pack_of_ones_own_points_at_examples_only(tmp_path: Path) -> None:
+    """A pack that does not cover the design's rows failed every seed case, and the
+    output never said that --examples-only is the way to test such a pack."""
+    (tmp_path / "10-mine.yml").write_text(
+        "rules:\n  - id: mine\n    class: genuine-oom\n    description: a made-up fault\n"
+        "    when: {select: $.signal.all_text, contains: frobnicator}\n"
+        "    examples: {match: [frobnicator], no_match: [x]}\n")
+    result = invoke("test", "--rules", str(tmp_path))
+    assert result.exit_code == 1
+    seeds = sum(line.startswith("FAIL seed ") for line in result.stdout.splitlines())
+    assert seeds > 0 and result.stderr == (
+        f"loop-rules: note: {seeds} of the failures are seed cases (the design's Appendix-A and gate rows); "
+        "--examples-only replays only the pack's own examples\n")
+    alone = invoke("test", "--rules", str(tmp_path), "--examples-only")
+    assert alone.exit_code == 0 and alone.stderr == ""
+    assert invoke("test").stderr == ""
+
+
 def test_a_rule_file_given_as_the_pack_names_its_directory(tmp_path: Path) -> None:
     """`--rules rules.d/10-benign.yml` was "neither a registered pack nor a directory",
     which said nothing of what to give instead."""
