@@ -167,12 +167,16 @@ _SECRETS = (
     # a domain that starts as a version number does) nor a systemd unit instance
     # ("getty@tty1.service", "vllm@gpu0.socket"), whose last label is a unit type and
     # no top-level domain; engine logs and issue bodies hold both, and the version is
-    # what a maintainer needs. A host-only address ("root@localhost.localdomain") is
-    # still one: its local part is a user name, which home directories hide too.
+    # what a maintainer needs. Nor a file named with an "@" ("model@step100.bin",
+    # "lora@v2.safetensors"): weight, config and log file types are no top-level
+    # domain either (".pt" and ".py" are: such a name stays an address). A host-only
+    # address ("root@localhost.localdomain") is still one: its local part is a user
+    # name, which home directories hide too.
     # The look-behind keeps this linear: without it a long run of letters is tried
     # from every position (quadratic: a 100 KB log line took minutes).
     (re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@(?!\d+\.\d)[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\."
-                r"(?!(?ai:service|socket|target|timer|path|mount|automount|swap|slice|scope|device)(?!\.?[A-Za-z0-9]))"
+                r"(?!(?ai:service|socket|target|timer|path|mount|automount|swap|slice|scope|device|"
+                r"bin|gguf|safetensors|ckpt|pth|onnx|json|yaml|yml|txt|log)(?!\.?[A-Za-z0-9]))"
                 r"[A-Za-z]{2,}(?!\.?[A-Za-z0-9])"),
      "<EMAIL>"),
     (re.compile(r"(?i)/(?:home|Users)/[^/\s\"'`]+"), "~"),

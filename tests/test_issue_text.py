@@ -509,6 +509,7 @@ def test_config_values_that_are_no_secret_stay(text: str) -> None:
     "pip install xformers@0.0.22.post7", "torch@2.1.0+cu121", "vllm@0.6.3.post1 flash-attn@2.5.8.dev",
     "getty@tty1.service", "ollama@user.service", "systemctl restart vllm@gpu0.service",
     "vllm@gpu0.socket backup@daily.timer", "Started container@llm.target.",
+    "loading model@step100.bin", "lora@v2.safetensors and cfg@run3.json", "qwen@q4_k_m.gguf", "train@ep3.log",
 ])
 def test_pip_specs_and_systemd_units_are_not_addresses(text: str) -> None:
     # They used to become "<EMAIL>" ("xformers@0.0.22.post7" "<EMAIL>7"): the
