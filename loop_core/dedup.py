@@ -150,8 +150,16 @@ _SECRETS = (
                 r"(?=[A-Za-z0-9_+-]*\d)(?=[A-Za-z0-9_+-]*[A-Za-z])[A-Za-z0-9_+-]{16,})"
                 r"[A-Za-z0-9_+/-]*(?:\.[A-Za-z0-9_+/-]{8,})*=*"),
      r"\1<REDACTED>"),
+    # A password in an environment variable, which the shell, docker compose and systemd
+    # write in capitals ("DB_PASS=hunter2", "PGPASSWORD=...", "SMTP_PASS: 'x y'",
+    # "MYSQL_ROOT_PWD=..."): any value, a short one too, as no shape tells a password.
+    # Only a capitalised name: lower-case names ending in "pass" are compiler passes
+    # ("post_grad_custom_post_pass") and test tallies ("tests_pass: 12") as often.
+    (re.compile(r"(?<![A-Za-z0-9])([A-Z][A-Z0-9_]*(?:_PASS|PASSWORD|PASSWD|_PWD)\\?[\"']?[^\S\n]*[=:][^\S\n]*)"
+                r"(?:\\?\"[^\"\n]+\"|'[^'\n]+'|(?![<\[]|(?:None|NONE|null|true|false)\b)[^\s\"',;\[\])}]+)"),
+     r"\1<REDACTED>"),
     # The same as a command-line flag: "--api-key sk-...", "--hf-token=hf_...".
-    (re.compile(r"(?i)(--(?:[a-z0-9]+-)*(?:token|api-key|key|secret|password))(\s+|=)([\"']?)(?![-<])"
+    (re.compile(r"(?i)(--(?:[a-z0-9]+-)*(?:token|api-key|key|secret|password|passwd|pass))(\s+|=)([\"']?)(?![-<])"
                 r"[^\s\"']+"),
      r"\1\2\3<REDACTED>"),
     (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?(?:bearer|token|basic)\s+)[^\s\"']+"), r"\1<REDACTED>"),
@@ -210,6 +218,7 @@ _SECRET_GUARDS: tuple[tuple[tuple[str, ...], bool], ...] = (
     (("token", "key", "secret", "passw", "credential"), True),
     (("token", "key", "secret", "passw", "credential"), True),
     (("key", "pass"), True),
+    (("PASS", "PWD"), False),
     (("--",), False),
     (("authorization",), True),
     (("bearer",), True),

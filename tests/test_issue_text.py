@@ -499,6 +499,34 @@ CONFIG_LINES = [
 ]
 
 
+# Short passwords, which no shape tells from any other word: after a capitalised
+# environment name ending in PASS, PASSWORD, PASSWD or PWD, or after a "--...-pass" flag.
+SHORT_PASSWORDS = [
+    ("DB_PASS=hunter2", "DB_PASS=<REDACTED>"),
+    ("export MYSQL_PASS=abc123 && ./serve", "export MYSQL_PASS=<REDACTED> && ./serve"),
+    ("PGPASSWORD=hunter2 psql", "PGPASSWORD=<REDACTED> psql"),
+    ("MYSQL_ROOT_PWD=x1 REDIS_PASSWD=y2", "MYSQL_ROOT_PWD=<REDACTED> REDIS_PASSWD=<REDACTED>"),
+    ("      SMTP_PASS: 'two words'", "      SMTP_PASS: <REDACTED>"),
+    ("env {'DB_PASS': 'hunter2', 'PORT': '8000'}", "env {'DB_PASS': <REDACTED>, 'PORT': '8000'}"),
+    ("serve --db-pass hunter2 --port 8000", "serve --db-pass <REDACTED> --port 8000"),
+    ("serve --redis-passwd=hunter2", "serve --redis-passwd=<REDACTED>"),
+]
+
+
+@pytest.mark.parametrize(("text", "scrubbed"), SHORT_PASSWORDS)
+def test_short_passwords_in_capitalised_names_and_flags_are_scrubbed(text: str, scrubbed: str) -> None:
+    # Before, only a key-shaped value (16 characters, a letter and a digit) went.
+    assert scrub_secrets(text) == scrubbed
+
+
+@pytest.mark.parametrize("text", [
+    "DB_PASS=None DB_PASS=", "'post_grad_custom_post_pass': None", "tests_pass: 12", "PASS: 12 tests",
+    "--bypass-cache 1", "PASSWORD_FILE=", "compile pass=3",
+])
+def test_names_ending_in_pass_without_a_password_stay(text: str) -> None:
+    assert scrub_secrets(text) == text
+
+
 @pytest.mark.parametrize("text", CONFIG_LINES)
 def test_config_values_that_are_no_secret_stay(text: str) -> None:
     assert scrub_secrets(text) == text
