@@ -490,6 +490,7 @@ def check(rules: str, strict: bool) -> None:
         loop-rules check --rules reference
     """
     from .maintain import lint_pack
+    from .rules import Locator
     from .selftest import probe_regexes, run_examples
 
     try:
@@ -507,10 +508,11 @@ def check(rules: str, strict: bool) -> None:
     regex_errors, regex_warnings = probe_regexes(engine.pack.rules, engine.pack)
     problems.extend(regex_errors)
     warnings = regex_warnings + [lint.message for lint in lint_pack(engine)]
+    locate = Locator(engine.pack.sources)
     for problem in problems:
-        click.echo(f"error: {problem}")
+        click.echo(f"error: {locate(problem)}")
     for warning in warnings:
-        click.echo(f"warning: {warning}")
+        click.echo(f"warning: {locate(warning)}")
     pack = engine.pack
     click.echo(f"check: pack {pack.name}: {len(pack.rules)} rules, {len(pack.exact)} exact "
                f"fingerprints, {len(pack.files)} files; {len(problems)} problem(s), {len(warnings)} warning(s)")
@@ -544,6 +546,7 @@ def test(rules: str, verbose: bool, examples_only: bool, fmt: str) -> None:
         loop-rules test --rules reference -v
         loop-rules test --rules ./my-pack --examples-only
     """
+    from .rules import Locator
     from .selftest import run_examples, run_seed_corpus
 
     engine = _engine(rules)
@@ -557,12 +560,13 @@ def test(rules: str, verbose: bool, examples_only: bool, fmt: str) -> None:
                        "detail": c.detail} for c in cases],
         }, indent=2))
     else:
+        locate = Locator(engine.pack.sources)
         for c in cases:
-            if verbose or not c.ok:
-                mark = "PASS" if c.ok else "FAIL"
-                extra = "" if c.ok else f": expected {c.expected}, got {c.got}" + (
-                    f" ({c.detail})" if c.detail else "")
-                click.echo(f"{mark} {c.name}{extra}")
+            if c.ok and verbose:
+                click.echo(f"PASS {c.name}")
+            elif not c.ok:
+                detail = f" ({c.detail})" if c.detail else ""
+                click.echo(f"FAIL {locate(c.name)}: expected {c.expected}, got {c.got}{detail}")
         click.echo(f"{len(cases) - len(failed)} passed, {len(failed)} failed")
         seeds_failed = sum(not c.ok for c in seeds)
         if seeds_failed:  # a pack of one's own fails every row of the design it does not cover

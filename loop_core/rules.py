@@ -17,7 +17,7 @@ import functools
 import hashlib
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -40,7 +40,7 @@ from .prefilter import RuleIndex
 from .verdict import FailureClass
 from .view import View
 
-__all__ = ["PackSettings", "Rule", "RulePack", "RuleSource", "any_of", "load_rules", "load_yaml_text"]
+__all__ = ["Locator", "PackSettings", "Rule", "RulePack", "RuleSource", "any_of", "load_rules", "load_yaml_text"]
 
 PACK_FILE = "pack.yml"
 RULE_KEYS = frozenset({"id", "class", "description", "when", "examples"})
@@ -300,14 +300,95 @@ def _yaml_message(e: Exception) -> str:
 
 
 class _Problems:
-    def __init__(self, collect: bool) -> None:
+    def __init__(self, collect: bool, locate: Callable[[str], str] | None = None) -> None:
         self.collect = collect
         self.items: list[str] = []
+        self._locate = locate
 
     def add(self, message: str) -> None:
+        if self._locate is not None:
+            message = self._locate(message)
         if not self.collect:
             raise RuleError(message)
         self.items.append(message)
+
+
+# What follows "file[" in a problem with a rule: its index, its id, and the place
+# inside the rule the problem is about ("when.all[0].select", "examples.match[2]"),
+# after ": " or, in an example's failure, a space.
+_RULE_PLACE = re.compile(r"(\d+)\]((?: [^\s:]\S*?)?)(?:: | (?=examples))"
+                         r"((?:when|examples)(?:\.[A-Za-z_][\w-]*|\[\d+\])*)?")
+# Problems with one key of the rule that name no place: the key's value is their place.
+_KEY_OF_MESSAGE = (("unknown class ", "class"), ("mode must", "mode"), ("id must", "id"),
+                   ("description must", "description"), ("regex ", "when"), ("no no_match", "examples"),
+                   ("needs at least one examples", "examples"))
+_PLACE_STEP = re.compile(r"\.?([A-Za-z_][\w-]*)|\[(\d+)\]")
+
+
+class Locator:
+    """Puts the line a problem with a rule is about into its message, after the
+    rule's id: "50-quant.yml[2] packed (line 70): when.all[0]: invalid regex ...".
+
+    ``sources`` maps each file's label, as messages name it, to its text
+    (:attr:`RulePack.sources`). A file is parsed into nodes, which keep their
+    place, only when one of its rules has a problem, and at most once.
+    """
+
+    def __init__(self, sources: Mapping[str, str]) -> None:
+        self._sources = sources
+        self._labels = sorted(sources, key=len, reverse=True)  # "a/10.yml" before "10.yml"
+        self._nodes: dict[str, Any] = {}
+
+    def __call__(self, message: str) -> str:
+        label = next((label for label in self._labels if message.startswith(label + "[")), None)
+        match = _RULE_PLACE.match(message, len(label) + 1) if label is not None else None
+        if label is None or match is None:
+            return message
+        node = self._rule_node(label, int(match.group(1)))
+        if node is None:
+            return message
+        place = match.group(3) or next((key for start, key in _KEY_OF_MESSAGE
+                                        if message.startswith(start, match.end())), "")
+        for step in _PLACE_STEP.finditer(place):
+            inner = _child(node, *step.groups())
+            if inner is None:
+                break
+            node = inner
+        at = match.end(2)
+        return f"{message[:at]} (line {node.start_mark.line + 1}){message[at:]}"
+
+    def line(self, source: RuleSource) -> str:
+        """", line N" where the rule at ``source`` starts; "" where that is not known."""
+        node = self._rule_node(source.path, source.index) if source.path in self._sources else None
+        return f", line {node.start_mark.line + 1}" if node is not None else ""
+
+    def _rule_node(self, label: str, index: int) -> Any:
+        if label not in self._nodes:
+            import yaml
+
+            try:
+                self._nodes[label] = yaml.compose(self._sources[label], Loader=_loaders()[0])
+            except (yaml.YAMLError, RecursionError):
+                self._nodes[label] = None
+        top = self._nodes[label]
+        rules = _child(top, "rules", None) if _is_mapping(top) else top
+        return _child(rules, None, str(index))
+
+
+def _is_mapping(node: Any) -> bool:
+    return getattr(node, "id", None) == "mapping"
+
+
+def _child(node: Any, key: str | None, index: str | None) -> Any:
+    """The node under ``key`` of a mapping node, or at ``index`` of a sequence node; None if none."""
+    if key is not None and _is_mapping(node):
+        for key_node, value_node in node.value:
+            if getattr(key_node, "value", None) == key:
+                return value_node
+        return None
+    if index is not None and getattr(node, "id", None) == "sequence" and int(index) < len(node.value):
+        return node.value[int(index)]
+    return None
 
 
 def load_rules(
@@ -398,7 +479,8 @@ def _compile(texts: dict[str, str], shown: str, settings: PackSettings, kinds: M
 
     :raises RuleError: a problem (every one with ``collect_errors``).
     """
-    problems = _Problems(collect_errors)
+    locator = Locator({f"{shown}/{file_name}" if shown else file_name: text for file_name, text in texts.items()})
+    problems = _Problems(collect_errors, locator)
     for message in unreadable:
         problems.add(message)
     cached = regexes.documents or {}
@@ -453,7 +535,8 @@ def _compile(texts: dict[str, str], shown: str, settings: PackSettings, kinds: M
                 rule_id = None  # _load_rule says what is wrong with it
             duplicate = False
             if rule_id is not None and rule_id in seen_ids:
-                problems.add(f"{source} {rule_id}: duplicate id, first defined at {seen_ids[rule_id]}")
+                first = seen_ids[rule_id]
+                problems.add(f"{source} {rule_id}: duplicate id (first defined at {first}{locator.line(first)})")
                 duplicate = True
             elif rule_id is not None:
                 seen_ids[rule_id] = source

@@ -129,7 +129,7 @@ def test_test_command_fails_on_a_broken_example(tmp_path: Path) -> None:
         "  when: {select: $.signal.error_text, contains: boom}\n  examples: {match: [bang]}\n")
     result = invoke("test", "--rules", str(tmp_path))
     assert result.exit_code == 1
-    assert "FAIL" in result.output and "wrong-example examples.match[0]: expected match, got no match" in result.output
+    assert "FAIL" in result.output and "wrong-example (line 5) examples.match[0]: expected match, got no match" in result.output
 
 
 def test_a_failing_example_names_the_part_of_when_that_decided(tmp_path: Path) -> None:
@@ -143,7 +143,7 @@ def test_a_failing_example_names_the_part_of_when_that_decided(tmp_path: Path) -
     result = invoke("test", "--rules", str(tmp_path), "--examples-only")
     assert result.exit_code == 1
     assert result.output.splitlines() == [
-        (f"FAIL {tmp_path}/10.yml[0] three-parts examples.match[0]: expected match, got no match "
+        (f"FAIL {tmp_path}/10.yml[0] three-parts (line 8) examples.match[0]: expected match, got no match "
          "($.signal.final_error regex '^RuntimeError' did not hold: value 'vllm | RuntimeError: the frobnicator "
          "broke')"),
         "0 passed, 1 failed"]
@@ -202,7 +202,7 @@ def test_check_lists_every_problem_and_exits_1(tmp_path: Path) -> None:
     result = invoke("check", "--rules", str(tmp_path))
     assert result.exit_code == 1
     assert "error: " in result.output and "check: 3 problem(s)" in result.output
-    assert "a: unknown class 'nope'" in result.output  # reported beside a's missing keys
+    assert "a (line 2): unknown class 'nope'" in result.output  # reported beside a's missing keys
 
 
 def test_classify_jobs_2_prints_what_jobs_1_prints(tmp_path: Path) -> None:

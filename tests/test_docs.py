@@ -229,10 +229,10 @@ def test_every_run_summary_key_is_documented_in_order() -> None:
     assert list(json.loads(example)) == list(RunSummary().to_dict())
 
 
-def _shown_outputs(command: str) -> list[tuple[str, str]]:
+def _shown_outputs(command: str, docs: tuple[Path, ...] = (CLI_MD, DOCS / "workflow.md")) -> list[tuple[str, str]]:
     """Every output the docs show for ``$ <command>``: (where, the lines up to the block's end)."""
     found = []
-    for doc in (CLI_MD, DOCS / "workflow.md"):
+    for doc in docs:
         text = doc.read_text(encoding="utf-8")
         for m in re.finditer(rf"^\$ {re.escape(command)}\n(?P<out>.*?)^```", text, re.DOTALL | re.MULTILINE):
             found.append((f"{doc.name}:{text.count(chr(10), 0, m.start()) + 1}", m["out"]))
@@ -259,6 +259,24 @@ def test_the_browsing_outputs_shown_are_those_of_the_example_captures(tmp_path: 
         printed = runner.invoke(cli, command.split()).output
         for where, output in shown:
             assert output == printed, where
+
+
+def test_the_check_and_test_outputs_shown_are_those_of_the_sample_packs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken packs the docs show `check` and `test` on are tests/fixtures/packs:
+    each problem's line, which the outputs name, is the line of that pack's file."""
+    monkeypatch.chdir(ROOT / "tests" / "fixtures" / "packs")
+    runner = CliRunner()
+    for command in ("check --rules badpack", "check --rules slowpack"):
+        shown = _shown_outputs(f"loop-rules {command}", (CLI_MD, DOCS / "rules.md"))
+        assert shown, command
+        printed = runner.invoke(cli, command.split()).output
+        for where, output in shown:
+            assert output == printed, where
+    shown = _shown_outputs("loop-rules test --rules slowpack")
+    assert shown
+    printed = runner.invoke(cli, ["test", "--rules", "slowpack"]).output.splitlines()
+    for where, output in shown:  # "..." stands for the lines left out
+        assert all(line in printed for line in output.splitlines() if line != "..."), where
 
 
 def test_the_plugins_sample_is_the_output_with_the_builtins(monkeypatch: pytest.MonkeyPatch) -> None:

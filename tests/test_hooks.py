@@ -159,7 +159,7 @@ def test_hook_loop_register_conditions_compile_error_names_the_rule(
     register_plugin(QuantPlugin(), "acme-conditions")
     broken = QUANT_RULE.replace("[AWQ, GPTQ]", "{awq: 1}")
     (tmp_path / "10-quant.yml").write_text(broken, encoding="utf-8")
-    where = r"10-quant\.yml\[0\] awq-dtype: when\[0\]\.quant_label_in: needs"
+    where = r"10-quant\.yml\[0\] awq-dtype \(line 5\): when\[0\]\.quant_label_in: needs"
     with pytest.raises(RuleError, match=where):
         Engine.build(tmp_path, pm)
 

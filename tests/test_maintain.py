@@ -377,7 +377,7 @@ def test_learn_into_a_pack_that_does_not_load_says_so_as_every_command_does(tmp_
     result = invoke("learn", str(bundle), "--as", "unknown", "--rules", str(pack))
     assert result.exit_code == 2
     assert result.output == (
-        f"Error: {pack}/10-bad.yml[0] a: unknown class 'oom' (classes: genuine-oom, overlay-arch-drift, "
+        f"Error: {pack}/10-bad.yml[0] a (line 1): unknown class 'oom' (classes: genuine-oom, overlay-arch-drift, "
         "kernel-unsupported, quant-unsupported, benign-cold-start, unknown) (one of 2 problems; "
         f"`loop-rules check --rules {pack}` lists them all); nothing was learned\n")
     assert sorted(p.name for p in pack.iterdir()) == ["10-bad.yml"]
@@ -409,9 +409,9 @@ def test_lint_finds_unreachable_rules_and_idle_files(tmp_path: Path) -> None:
     result = invoke("check", "--rules", str(pack))
     assert result.exit_code == 0  # warnings only
     out = result.output
-    assert ("p/20-narrow.yml[0] narrow: unreachable, can never win: every match example is decided earlier by "
+    assert ("p/20-narrow.yml[0] narrow (line 1): unreachable, can never win: every match example is decided earlier by "
             f"broad ({pack}/10-broad.yml[0])\n") in out
-    assert "narrow: no no_match examples" in out
+    assert "narrow (line 5): no no_match examples" in out
     assert "p/30-empty.yml: contributes nothing (no rules, no exact entries)" in out
     assert "p/50-no-pins.yml: contributes nothing (no rules, no exact entries)" in out
     assert "40-pins.yml" not in out  # a comment on its exact: line hid its entry
@@ -434,7 +434,7 @@ def test_lint_says_where_what_decides_first_is(tmp_path: Path) -> None:
         "  examples: {match: ['ValueError: pinned', 'torch.cuda.OutOfMemoryError: CUDA out of memory'], "
         "no_match: [fine]}\n")
     out = invoke("check", "--rules", str(pack)).output
-    assert ("late: unreachable, can never win: every match example is decided earlier by "
+    assert ("late (line 1): unreachable, can never win: every match example is decided earlier by "
             f"exact entry '{fingerprint}', tier1-oom-fastpath\n") in out
 
 
@@ -451,10 +451,10 @@ def test_lint_names_regexes_that_are_searched_over_whole_logs(tmp_path: Path) ->
         + rule.format(id="short-text", sel="$.signal.final_error", rx=r"^[A-Z]{2}\d$", ex="AB1")
         + rule.format(id="windowed", sel="$.signal.all_text", rx=r"(?i)error\s{1,3}code \d+", ex="error code 7"))
     out = invoke("check", "--rules", str(pack)).output
-    assert r"no-literal: regex '[A-Z]{3}\d+ \w{2}' on $.signal.all_text has no literal of 3" in out
-    assert r"unbounded: regex '(?i)killed\s*process' on $.signal.all_text can cross lines without bound" in out
-    assert r"one-slow-alternative: regex 'x\d{1,3}y' on $.signal.all_text has no literal" in out
-    assert "short-text:" not in out and "windowed:" not in out  # a short text, and a pattern with a reach
+    assert r"no-literal (line 4): regex '[A-Z]{3}\d+ \w{2}' on $.signal.all_text has no literal of 3" in out
+    assert r"unbounded (line 9): regex '(?i)killed\s*process' on $.signal.all_text can cross lines without bound" in out
+    assert r"one-slow-alternative (line 14): regex 'x\d{1,3}y' on $.signal.all_text has no literal" in out
+    assert "short-text" not in out and "windowed" not in out  # a short text, and a pattern with a reach
 
 
 def test_rules_version_is_stamped_into_verdicts_and_issue_bodies(pack: Path, pm: pluggy.PluginManager) -> None:
@@ -477,7 +477,7 @@ def test_a_rule_that_misses_its_own_example_is_not_called_unreachable(tmp_path: 
         "- id: later\n  class: unknown\n  description: d\n  when: {select: $.signal.all_text, contains: here}\n"
         "  examples: {match: [here], no_match: [fine]}\n")
     out = invoke("check", "--rules", str(pack)).output
-    assert "wrong examples.match[0]: expected match, got no match" in out
+    assert "wrong (line 5) examples.match[0]: expected match, got no match" in out
     assert "unreachable" not in out and "None" not in out
 
 
@@ -724,14 +724,14 @@ def test_a_broken_pack_names_its_first_problem_and_how_to_see_them_all(
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli, [arg.replace("{pack}", "my pack") for arg in command])
     assert result.exit_code == 2
-    assert result.stderr == ("Error: my pack/10-bad.yml[0] bad: missing description, examples (one of 6 "
+    assert result.stderr == ("Error: my pack/10-bad.yml[0] bad (line 1): missing description, examples (one of 6 "
                              "problems; `loop-rules check --rules 'my pack'` lists them all)\n")
     assert not (tmp_path / "r.html").exists()
     (tmp_path / "my pack" / "10-bad.yml").write_text(  # one problem: the selector
         "- {id: bad2, class: unknown, description: d, when: [{select: $.x, regex: 'a'}], examples: {match: [a]}}\n")
     result = CliRunner().invoke(cli, [arg.replace("{pack}", "my pack") for arg in command])
     assert result.exit_code == 2
-    assert result.stderr.startswith("Error: my pack/10-bad.yml[0] bad2: ") and "check" not in result.stderr
+    assert result.stderr.startswith("Error: my pack/10-bad.yml[0] bad2 (line 1): ") and "check" not in result.stderr
 
 
 @pytest.mark.parametrize("fmt", ["table", "markdown", "json"])

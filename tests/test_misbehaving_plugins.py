@@ -304,7 +304,7 @@ def test_a_condition_kind_whose_compile_raises_is_named_at_the_rule(
     pack.mkdir()
     (pack / "10.yml").write_text("- id: r\n  class: unknown\n  description: d\n  when: {acme_kind: 1}\n"
                                  "  examples: {match: [x]}\n")
-    with pytest.raises(RuleError, match=r"r: when.acme_kind: condition kind 'acme_kind' raised KeyError"):
+    with pytest.raises(RuleError, match=r"r \(line 4\): when.acme_kind: condition kind 'acme_kind' raised KeyError"):
         Engine.build(pack, pm)
 
 
@@ -636,7 +636,7 @@ def test_a_condition_kind_whose_compile_calls_sys_exit_is_named_at_the_rule(
     from loop_core import RuleError
 
     register_plugin(QuittingKind("compile"), "acme-kind")
-    with pytest.raises(RuleError, match=r"quits: when.not.acme_quit: condition kind 'acme_quit' raised "
+    with pytest.raises(RuleError, match=r"quits \(line 4\): when.not.acme_quit: condition kind 'acme_quit' raised "
                                         r"SystemExit: sys.exit\(0\) was called"):
         Engine.build(_pack_using_acme_quit(tmp_path), pm)
 

@@ -75,7 +75,7 @@ def test_a_regex_in_a_jsonpath_filter_is_refused(tmp_path: Path, pm: pluggy.Plug
                  rule("filt", f"""{{select: '$.manifest[?(@.model =~ "{pattern}")]', exists: true}}""",
                       cls="unknown", examples="{match: [{manifest: {model: x}}]}"))
     found = problems_of(pack, pm)
-    assert "p/10.yml[0] filt: when.select: selector" in found and "=~ regex runs without the regex time limit" in found
+    assert "p/10.yml[0] filt (line 4): when.select: selector" in found and "=~ regex runs without the regex time limit" in found
     result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
     assert result.exit_code == 1 and "internal error" not in result.output
 
@@ -85,7 +85,7 @@ def test_a_regex_in_a_jsonpath_sub_step_is_refused(tmp_path: Path, pm: pluggy.Pl
     pack = write(tmp_path / "p", "10.yml",
                  rule("sub", "{select: '$.signal.error_text.`sub(/(a|aa)+$/, X)`', regex: X}",
                       cls="unknown", examples="{match: [aaa], no_match: [bbb]}"))
-    assert "p/10.yml[0] sub: when.select: selector" in problems_of(pack, pm)
+    assert "p/10.yml[0] sub (line 4): when.select: selector" in problems_of(pack, pm)
     result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
     assert result.exit_code == 1 and "runs its regex without the regex time limit" in result.output
 
@@ -113,7 +113,7 @@ def test_other_jsonpath_filters_still_load(tmp_path: Path, pm: pluggy.PluginMana
 @pytest.mark.parametrize("cls", ["[unknown]", "{a: 1}"])
 def test_a_class_that_is_not_text_is_reported(tmp_path: Path, pm: pluggy.PluginManager, cls: str) -> None:
     pack = write(tmp_path / "p", "10.yml", GOOD.format(id="r", cls=cls, regex="boom", example="boom"))
-    assert "p/10.yml[0] r: unknown class" in problems_of(pack, pm)
+    assert "p/10.yml[0] r (line 2): unknown class" in problems_of(pack, pm)
 
 
 def test_an_exact_entry_whose_class_is_not_text_is_reported(tmp_path: Path, pm: pluggy.PluginManager) -> None:
@@ -136,7 +136,7 @@ def test_values_no_bundle_can_hold_are_reported(tmp_path: Path, pm: pluggy.Plugi
                                                 operand: str, shown: str) -> None:
     op = operand[1:-1]
     pack = write(tmp_path / "p", "10.yml", rule("r", f"{{select: $.manifest.model, {op}}}"))
-    assert f"r: when.{shown}: must be text, a number, true/false or null" in problems_of(pack, pm)
+    assert f"r (line 4): when.{shown}: must be text, a number, true/false or null" in problems_of(pack, pm)
 
 
 def test_a_quoted_date_still_compares_as_text(tmp_path: Path, pm: pluggy.PluginManager) -> None:
@@ -189,7 +189,7 @@ def test_conditions_nested_too_deep_are_a_problem_not_a_crash(tmp_path: Path, pm
     when = "{not: " * 40 + "{select: $.signal.error_text, contains: boom}" + "}" * 40
     pack = write(tmp_path / "p", "10.yml", rule("deep", when, examples="{match: [x]}"))
     found = problems_of(pack, pm)
-    assert "deep: when.not.not" in found and "nest more than 32 levels" in found
+    assert "deep (line 4): when.not.not" in found and "nest more than 32 levels" in found
 
 
 def test_yaml_nested_past_pythons_stack_is_invalid_yaml(tmp_path: Path) -> None:
@@ -296,9 +296,9 @@ def test_every_bad_item_of_a_condition_is_reported(tmp_path: Path, pm: pluggy.Pl
         Engine.build(pack, pm, collect_errors=True)
     problems = info.value.problems
     assert len(problems) == 3, problems
-    assert "many: when.any[0]: invalid regex '(a'" in problems[0]
-    assert "many: when.any[2]" in problems[1] and "unknown signal 'nope'" in problems[1]
-    assert "many: when.any[3][0]: invalid regex '[b'" in problems[2]
+    assert "many (line 4): when.any[0]: invalid regex '(a'" in problems[0]
+    assert "many (line 4): when.any[2]" in problems[1] and "unknown signal 'nope'" in problems[1]
+    assert "many (line 4): when.any[3][0]: invalid regex '[b'" in problems[2]
     with pytest.raises(RuleError, match=r"when.any\[0\]: invalid regex"):  # without collect: the first
         Engine.build(pack, pm)
 
@@ -308,7 +308,7 @@ def test_every_problem_of_one_select_is_reported(tmp_path: Path, pm: pluggy.Plug
                  rule("one", "{select: $.signal.nope, regex: '(foo', bogus: 1, ignore_case: maybe}"))
     found = problems_of(pack, pm).splitlines()
     assert len(found) == 4, found
-    assert [line.split("one: ", 1)[1].split(":")[0] for line in found] == [
+    assert [line.split("one (line 4): ", 1)[1].split(":")[0] for line in found] == [
         "when.select", "when.ignore_case", "when", "when"]
     assert "unknown signal 'nope'" in found[0] and "unknown keys ['bogus']" in found[2]
     assert "invalid regex '(foo'" in found[3]
@@ -347,8 +347,8 @@ def test_a_regex_the_regex_module_refuses_oddly_is_a_problem_naming_the_rule(
     pack = write(tmp_path / "p", "10.yml", rule("odd", f"{{select: $.signal.error_text, regex: '{pattern}'}}")
                  + rule("dup", "{select: $.signal.error_text, regex: '('}"))
     found = problems_of(pack, pm)
-    assert "p/10.yml[0] odd: when: invalid regex" in found and any(reason in found for reason in why), found
-    assert "p/10.yml[1] dup: when: invalid regex '('" in found  # every problem at once
+    assert "p/10.yml[0] odd (line 4): when: invalid regex" in found and any(reason in found for reason in why), found
+    assert "p/10.yml[1] dup (line 9): when: invalid regex '('" in found  # every problem at once
 
 
 def test_conflicting_flags_in_the_tier1_signature_are_a_problem_not_a_crash(
@@ -385,7 +385,7 @@ def test_an_id_with_a_trailing_newline_is_not_a_valid_id(tmp_path: Path, pm: plu
     pack = write(tmp_path / "p", "10.yml", GOOD.format(id="nccl", cls="unknown", regex="NCCL", example="NCCL")
                  + GOOD.format(id='"nccl\\n"', cls="unknown", regex="NCCL", example="NCCL"))
     found = problems_of(pack, pm)
-    assert "10.yml[1]: id must be a letter or digit" in found and "got 'nccl\\n'" in found
+    assert "10.yml[1] (line 6): id must be a letter or digit" in found and "got 'nccl\\n'" in found
     assert "nccl\n" not in found  # the message stays on one line
 
 
@@ -399,8 +399,8 @@ def test_a_duplicate_id_does_not_hide_the_rules_other_problems(tmp_path: Path, p
     pack = write(tmp_path / "p", "10.yml", GOOD.format(id="dup", cls="unknown", regex="boom", example="boom")
                  + rule("dup", "{select: $.signal.error_text, regex: '('}"))
     found = problems_of(pack, pm)
-    assert "p/10.yml[1] dup: duplicate id, first defined at " in found
-    assert "p/10.yml[1] dup: when: invalid regex '('" in found
+    assert "p/10.yml[1] dup (line 6): duplicate id (first defined at " in found
+    assert "p/10.yml[1] dup (line 9): when: invalid regex '('" in found
 
 
 def test_hidden_files_are_not_part_of_the_pack(tmp_path: Path, pm: pluggy.PluginManager) -> None:

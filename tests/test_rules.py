@@ -73,13 +73,15 @@ def test_every_problem_is_reported_at_once_with_its_place(tmp_path: Path, pm: pl
         Engine.build(pack, pm, collect_errors=True)
     problems = info.value.problems
     assert len(problems) == 6
-    assert "rules/10-bad.yml[0] bad-regex: when: invalid regex '('" in problems[0]
-    assert any("rules/10-bad.yml[1] bad-class: unknown class 'not-a-class'" in p for p in problems)
+    assert "rules/10-bad.yml[0] bad-regex (line 4): when: invalid regex '('" in problems[0]
+    assert any("rules/10-bad.yml[1] bad-class (line 7): unknown class 'not-a-class'" in p for p in problems)
     assert any("rules/10-bad.yml[2] bad-signal" in p and "unknown signal 'eror_text'" in p for p in problems)
-    assert any("[3] no-examples: needs at least one examples.match" in p for p in problems)
-    assert any("[4] extra-key: unknown keys ['severity']" in p for p in problems)
-    assert any("rules/20-dup.yml[0] bad-regex: duplicate id, first defined at" in p
-               and p.endswith("rules/10-bad.yml[0]") for p in problems)
+    assert any("[3] no-examples (line 20): needs at least one examples.match" in p for p in problems)
+    assert any("[4] extra-key (line 21): unknown keys ['severity']" in p for p in problems)
+    assert any("rules/20-dup.yml[0] bad-regex (line 1): duplicate id (first defined at " in p
+               and "rules/10-bad.yml[0], line 1)" in p for p in problems)
+    # Each names the line it is about: where the rule starts, or the part of it at fault.
+    assert any("rules/10-bad.yml[2] bad-signal (line 14): when.select: unknown signal" in p for p in problems)
 
 
 def test_a_rule_with_a_missing_key_still_has_its_other_keys_checked(tmp_path: Path,
@@ -101,17 +103,17 @@ def test_a_rule_with_a_missing_key_still_has_its_other_keys_checked(tmp_path: Pa
     with pytest.raises(RuleError) as info:
         Engine.build(pack, pm, collect_errors=True)
     problems = "\n".join(info.value.problems)
-    for expected in ("[0] first-try: unknown keys ['clas']", "[0] first-try: missing class",
-                     "[0] first-try: when", "selct",
-                     "[0] first-try: examples: unknown keys ['nomatch'] (expected match, no_match)",
-                     "[1] -dash: id must be a letter or digit, then up to 127",
-                     "[1] -dash: examples.match[1]: unknown files ['manifst', 'pt6']"):
+    for expected in ("[0] first-try (line 1): unknown keys ['clas']", "[0] first-try (line 1): missing class",
+                     "[0] first-try (line 4): when", "selct",
+                     "[0] first-try (line 5): examples: unknown keys ['nomatch'] (expected match, no_match)",
+                     "[1] -dash (line 6): id must be a letter or digit, then up to 127",
+                     "[1] -dash (line 10): examples.match[1]: unknown files ['manifst', 'pt6']"):
         assert expected in problems, (expected, problems)
 
 
 def test_first_problem_raises_without_collect(tmp_path: Path, pm: pluggy.PluginManager) -> None:
     pack = write(tmp_path / "p", "10.yml", GOOD.format(id="x", cls="nope", regex="x", example="x"))
-    with pytest.raises(RuleError, match=r"p/10\.yml\[0\] x: unknown class 'nope'"):
+    with pytest.raises(RuleError, match=r"p/10\.yml\[0\] x \(line 2\): unknown class 'nope'"):
         Engine.build(pack, pm)
 
 
@@ -173,7 +175,7 @@ def test_check_reports_a_catastrophic_regex(tmp_path: Path) -> None:
     pack = write(tmp_path / "p", "10.yml", CATASTROPHIC)
     result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
     assert result.exit_code == 1
-    assert "p/10.yml[0] slow: regex '^(a+)+$' exceeded its 0.25s timeout" in result.output
+    assert "p/10.yml[0] slow (line 4): regex '^(a+)+$' exceeded its 0.25s timeout" in result.output
     assert "nests quantifiers" in result.output
 
 
@@ -220,7 +222,7 @@ def test_check_warns_of_a_regex_escape_yaml_read_in_double_quotes(tmp_path: Path
     assert result.exit_code == 0
     advice = "which YAML makes of \\b in double quotes; write the pattern in single quotes"
     assert result.output == (
-        f"warning: {pack}/10.yml[0] nccl: regex '(?i)\\x08nccl error' holds the control character '\\x08', "
+        f"warning: {pack}/10.yml[0] nccl (line 4): regex '(?i)\\x08nccl error' holds the control character '\\x08', "
         f"{advice}\n"
         f"warning: {pack}/pack.yml: tier1_oom.signature[1]: regex '\\x08hip oom' holds the control character "
         f"'\\x08', {advice}\n"
@@ -249,7 +251,7 @@ def test_check_probes_a_catastrophic_regex_behind_its_literal(tmp_path: Path) ->
                  .replace("[aaaa]", "['boom aaaa']"))
     result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
     assert result.exit_code == 1, result.output
-    assert "p/10.yml[0] slow: regex 'boom (a+)+$' exceeded its 0.25s timeout" in result.output
+    assert "p/10.yml[0] slow (line 4): regex 'boom (a+)+$' exceeded its 0.25s timeout" in result.output
 
 
 @pytest.mark.parametrize("selector, problem", [
