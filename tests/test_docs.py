@@ -198,6 +198,27 @@ def test_every_classify_field_is_documented(tmp_path: Path) -> None:
     assert re.findall(r"^\| `(\w+)` \|", table, re.MULTILINE) == list(readable)
 
 
+def test_the_classify_json_outputs_shown_have_the_keys_a_row_has(tmp_path: Path) -> None:
+    """The jsonl and json examples left out `failure`, the last key of a readable row."""
+    write_bundle(tmp_path / "ok", make_bundle("torch.cuda.OutOfMemoryError: CUDA out of memory"))
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "manifest.json").write_text("{", encoding="utf-8")
+    engine = Engine.build("reference", loop_core.make_plugin_manager(entry_points=False))
+    rows = [verdict_row(outcome) for outcome in classify_paths([tmp_path], engine)]
+    keys = {row["reader_error"] is None: list(row) for row in rows}
+    text = CLI_MD.read_text(encoding="utf-8")
+    shown = []
+    for m in re.finditer(r"^\$ loop-rules classify [^\n]*--format (?P<format>jsonl?) [^\n]*\n(?P<out>.*?)^```",
+                         text, re.DOTALL | re.MULTILINE):
+        if m["format"] == "jsonl":
+            shown += [json.loads(line) for line in m["out"].splitlines()]
+        else:
+            shown += json.loads(m["out"])
+    assert len(shown) >= 3
+    for row in shown:
+        assert list(row) == keys[row["reader_error"] is None], row["bundle"]
+
+
 def test_the_explain_json_verdict_keys_are_the_documented_ones(tmp_path: Path) -> None:
     bundle = write_bundle(tmp_path / "b", make_bundle("torch.cuda.OutOfMemoryError: CUDA out of memory"))
     shown = json.loads(CliRunner().invoke(cli, ["explain", "--format", "json", str(bundle)]).output)
