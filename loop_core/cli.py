@@ -731,8 +731,9 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
 
     --rules is a directory, not a pack name. After a plain `pip install`,
     the `default` pack is the copy inside the package, not ./rules.d: give
-    classify and run `--rules rules.d` to use what you taught it. That
-    installed copy is refused: an upgrade would replace what was learned.
+    classify, run and report `--rules rules.d` to use what you taught it.
+    That installed copy is refused: an upgrade would replace what was
+    learned.
 
     \b
     Example:

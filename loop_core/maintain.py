@@ -71,7 +71,8 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
         # learning worked, and the next upgrade of the package put the old table back.
         raise LoopError(f"{pack_dir}: is a pack installed with a Python package (under {installed}), which a "
                         f"reinstall or upgrade replaces, losing what was learned: copy it (cp -r {pack_dir} "
-                        "my-rules), learn into the copy and give classify and run --rules my-rules")
+                        "my-rules), learn into the copy and give classify, run and report "
+                        "--rules my-rules")
     # Two learns on one pack at once each read the table, added their line and wrote it
     # back: one entry was lost, and a learn undoing its edit could remove the other's
     # file. One at a time, from the first read to the last write.
