@@ -294,8 +294,10 @@ def classify(paths: tuple[Path, ...], rules: str, catalog: Path | None, fmt: str
         loop-rules classify --jobs 4 --format jsonl captures/ > verdicts.jsonl
     """
     from .batch import classify_rows, classify_text
+    from .catalog import load_catalog
 
     engine = _engine(rules)
+    load_catalog(catalog)  # never changes a class, but a malformed one is refused as trust refuses it
     if fmt == "table":
         bad = _classify_table(classify_rows(paths, engine, jobs=jobs, rules=rules))
     else:

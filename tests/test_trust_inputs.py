@@ -82,6 +82,17 @@ def test_a_bad_catalog_leaves_the_table_empty(tmp_path: Path) -> None:
     assert result.exit_code == 2 and result.stdout == "" and "models must be a list" in result.stderr
 
 
+@pytest.mark.parametrize("command", [["classify"], ["trust"], ["run", "--dry-run"], ["report", "--out", "-"]])
+def test_every_command_that_takes_a_catalog_refuses_a_malformed_one(tmp_path: Path, command: list[str]) -> None:
+    """classify accepted --catalog without reading it, so the command line it shares
+    with trust passed a misspelt hf_repos there: the docs say all four refuse it."""
+    path = write(tmp_path, GOOD.replace("hf_repos:", "hf-repos:", 1))
+    result = CliRunner().invoke(cli, [*command, "--catalog", str(path), str(ROOT / "examples" / "pull-captures")])
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    assert "models[0]: unknown keys ['hf-repos'] (expected id, hf_repos)" in result.stderr
+
+
 def test_priors_that_give_no_readable_bundle_are_named(tmp_path: Path) -> None:
     examples = ROOT / "examples" / "pull-captures"
     manifest = next(examples.glob("*/*/manifest.json"))
