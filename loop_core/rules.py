@@ -624,7 +624,8 @@ def _regex_list(value: Any, where: str, problems: _Problems, regexes: RegexCache
         problems.add(f"{where}: must be a list of regular expressions")
         return ()
     if not value and not empty_ok:
-        problems.add(f"{where}: must be a non-empty list of regular expressions (leave the key out for none)")
+        problems.add(f"{where}: must be a non-empty list of regular expressions (leave the key out "
+                     "to keep the reference's signature)")
         return ()
     ok = True
     for i, pattern in enumerate(value):  # each named by its place in the list, as check's probes name it

@@ -378,7 +378,12 @@ def test_an_empty_tier1_signature_is_refused_not_read_as_the_default(tmp_path: P
                                                                      pm: pluggy.PluginManager) -> None:
     pack = write(tmp_path / "p", "pack.yml", "tier1_oom:\n  signature: []\n")
     write(pack, "10.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
-    assert "tier1_oom.signature: must be a non-empty list of regular expressions" in problems_of(pack, pm)
+    # The message said "leave the key out for none", where leaving it out keeps the reference's.
+    assert ("tier1_oom.signature: must be a non-empty list of regular expressions (leave the key out "
+            "to keep the reference's signature)") in problems_of(pack, pm)
+    write(pack, "pack.yml", "tier1_oom:\n  surface: all_text\n")
+    verdict = Engine.build(pack, pm).classify(make_bundle("torch.cuda.OutOfMemoryError: CUDA out of memory"))
+    assert (verdict.failure_class.value, verdict.matched_rule) == ("genuine-oom", "tier1-oom-fastpath")
 
 
 def test_an_id_with_a_trailing_newline_is_not_a_valid_id(tmp_path: Path, pm: pluggy.PluginManager) -> None:
