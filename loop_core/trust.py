@@ -115,15 +115,35 @@ class ConsensusIndex:
 def _hashable(key: ConsensusKey) -> Any:
     """``key`` as a dict key that is equal where §4.4's Python equality says the keys
     are: nearly always ``key`` itself; a list or object a producer wrote inside a field
-    becomes a tuple (a list stays unequal to a tuple) or a frozenset of its items."""
+    becomes a tuple (a list stays unequal to a tuple) or a frozenset of its items.
+
+    A ``NaN`` (JSON's ``NaN``, which Python's reader accepts) becomes one stand-in:
+    every ``NaN`` a reader gives is the same float object, so two keys holding one
+    are equal in the reference, but only while they hold that very object. A bundle
+    passed between processes (``run --jobs``) or spilled to disk comes back with a
+    ``NaN`` of its own, which equals no other.
+    """
     try:
         hash(key)
-        return key
     except TypeError:
         return tuple(_frozen(value) for value in key)
+    if (float in map(type, key) or float in map(type, key[-1])) and _holds_nan(key):  # scans in C first
+        return tuple(_frozen(value) for value in key)
+    return key
+
+
+def _holds_nan(value: Any) -> bool:
+    if isinstance(value, float):
+        return value != value
+    return isinstance(value, tuple) and any(map(_holds_nan, value))
+
+
+_NAN = ("nan",)  # no JSON value freezes to a tuple of one string
 
 
 def _frozen(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return _NAN
     if isinstance(value, list):
         return ("list", tuple(_frozen(v) for v in value))
     if isinstance(value, tuple):

@@ -647,6 +647,27 @@ def test_consensus_compares_a_list_or_object_inside_the_key_by_equality() -> Non
     assert index.count(anchor("a" * 40, {"k": "fp16"})) == 1
 
 
+def test_consensus_counts_a_nan_in_the_key_alike_however_the_bundle_travelled(tmp_path: Path) -> None:
+    """Every NaN Python's JSON reader gives is one object, so keys holding one are equal
+    (§4.4); a bundle pickled (run --jobs, anchors spilled to disk) came back with a NaN
+    of its own, which matched no prior: -j 2 left anchors at candidate that -j 1 validated."""
+    import pickle
+
+    from loop_core.bundle import read_bundle
+    from loop_core.trust import ConsensusIndex
+
+    anchors = []
+    for commit in "ab":
+        documents = make_bundle({"manifest": {"outcome": "ok", "club3090_commit": commit * 40}}).to_document()
+        documents["manifest"]["selected_ctx"] = float("nan")
+        anchors.append(read_bundle(write_bundle(tmp_path / commit, documents)))
+    travelled = [pickle.loads(pickle.dumps(anchor)) for anchor in anchors]
+    for index in (ConsensusIndex.of(anchors), ConsensusIndex.of(travelled)):
+        assert [index.count(anchor) for anchor in [*anchors, *travelled]] == [2, 2, 2, 2]
+    floats = make_bundle({"manifest": {"outcome": "ok", "club3090_commit": "c" * 40, "selected_ctx": 32768.0}})
+    assert ConsensusIndex.of([floats]).count(make_bundle({"manifest": {"outcome": "ok"}})) == 2  # 32768 == 32768.0
+
+
 def test_a_plugin_given_twice_to_make_plugin_manager_is_a_plugin_error() -> None:
     import types
 
