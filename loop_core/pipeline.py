@@ -472,7 +472,10 @@ class _Filer:
 
     def settle(self, dedup_hash: str, occurrence: Occurrence) -> None:
         """Take ``occurrence``, decided now, out of its review-queue entry at the end of the run."""
-        self.settled.setdefault(dedup_hash, Settled()).submissions.add(occurrence.submission)
+        settled = self.settled.setdefault(dedup_hash, Settled())
+        settled.submissions.add(occurrence.submission)
+        if isinstance(occurrence.utc_ts, str):
+            settled.times.add(occurrence.utc_ts)
 
     def queue_review(self, payload: dict[str, Any], occurrence: Occurrence) -> None:
         if self.queued and payload["dedup_hash"] in self.queued:

@@ -756,14 +756,21 @@ class ReviewQueue:
                     doc = _read_json(path)
                     if doc is None:
                         continue
-                    occurrences = occurrence_list(doc, path)
+                    occurrences = occurrence_list(doc, path) if "occurrences" in doc else None
                 except TrackerError as e:
                     if problems is None:
                         raise
                     problems.append(str(e))
                     continue
-                kept = [o for o in occurrences
-                        if not (isinstance(o, dict) and o.get("submission") in settled.submissions)]
+                if occurrences is None:
+                    # The reference's shape: no list, one capture, named by its capture time
+                    # alone. It leaves once that capture is decided, or it would wait forever.
+                    occurrences = [doc]
+                    decided = isinstance(doc.get("utc_ts"), str) and doc["utc_ts"] in settled.times
+                    kept = [] if decided else occurrences
+                else:
+                    kept = [o for o in occurrences
+                            if not (isinstance(o, dict) and o.get("submission") in settled.submissions)]
                 if len(kept) == len(occurrences):
                     continue
                 try:
@@ -809,6 +816,9 @@ class Settled:
 
     submissions: set[str] = field(default_factory=set)
     payload: dict[str, Any] | None = None  # describes an occurrence still unknown
+    # Their capture times: what names the one capture of an entry the reference wrote,
+    # which lists no occurrences.
+    times: set[str] = field(default_factory=set)
 
 
 _HASH = re.compile(r"[0-9a-f]{12}")

@@ -148,6 +148,28 @@ def test_a_run_takes_out_of_the_queue_what_a_new_rule_now_decides(pack: Path, tm
     assert "removed from the review queue" in learned.output and _queue(captures) == []
 
 
+def test_a_run_takes_out_an_entry_the_reference_wrote_once_its_capture_is_decided(pack: Path,
+                                                                                   tmp_path: Path) -> None:
+    """The reference's review entries list no occurrences: decided by a rule, they stayed
+    in the queue for ever (shown with a count of 0), though their failure was filed."""
+    captures = tmp_path / "captures"
+    _two_errors_one_entry(captures)
+    write_bundle(captures / "n" / "20260803T000000Z", make_bundle({
+        "manifest": {"model": "other/Model", "utc_ts": "20260803T000000Z"}, "pt3": {"failure_log_excerpt": NOVEL}}))
+    invoke("run", str(captures), "--rules", str(pack))
+    for entry in _queue(captures):  # as the reference writes them: its capture named by its time only
+        shown = {k: entry[k] for k in ("canonical", "dedup_hash", "error_substring", "kind", "model_slug",
+                                        "reason", "schema")}
+        Path(entry["_path"]).write_text(json.dumps({**shown, "utc_ts": "20260803T000000Z" if entry[
+            "model_slug"] == "other/Model" else "20260802T000000Z"}, indent=2, sort_keys=True))
+    (pack / "05-frobnicator.yml").write_text(NOVEL_RULE)
+    summary = json.loads(invoke("run", str(captures), "--rules", str(pack), "--format", "json").output)
+    assert summary["review_settled"] == 1  # other/Model's; the entry of m also holds a capture still unknown
+    (left,) = _queue(captures)
+    assert left["model_slug"] == "example/Example-7B"
+    assert [o["utc_ts"] for o in left["occurrences"]] == ["20260802T000000Z"]
+
+
 def test_learn_from_an_entry_with_two_errors_takes_out_only_the_one_decided(pack: Path, tmp_path: Path) -> None:
     """learn --review used to delete the whole entry: the other error, which nobody
     had decided, left the queue with it."""
