@@ -1272,7 +1272,7 @@ def review_list(captures: Path, fmt: str) -> None:
         loop-rules review list examples/pull-captures
         loop-rules review list --format json examples/pull-captures
     """
-    from .trackers import ReviewQueue, review_error
+    from .trackers import ReviewQueue, review_count, review_error
 
     problems: list[str] = []
     items = ReviewQueue(captures).items(problems)
@@ -1285,9 +1285,9 @@ def review_list(captures: Path, fmt: str) -> None:
     total = 0
     for item in items:
         error = review_error(item)
-        occurrences = item.get("occurrences") or []
-        count = len(occurrences) if isinstance(occurrences, list) else "?"  # a file edited by hand
-        total += count if isinstance(count, int) else 0
+        held = review_count(item)
+        count = "?" if held is None else held  # a file edited by hand
+        total += held or 0
         click.echo(f"{_shown(item.get('dedup_hash'))[:12]:12}  {count:>5}  "
                    f"{_shown(item.get('model_slug'))[:40]:40}  {_shown(error)[:60]}")
     # The occurrences are what `run` counts as queued: one entry holds every capture of its failure.

@@ -19,7 +19,7 @@ from .catalog import Catalog
 from .engine import Engine
 from .pipeline import Processed, process_bundle
 from .batch import discover_bundles
-from .trackers import ReviewQueue, review_error
+from .trackers import ReviewQueue, review_count, review_error
 from .trust import ConsensusIndex, trust_of
 from .bundle import Bundle, path_text
 from .dedup import sanitize
@@ -108,9 +108,10 @@ def _public(value: Any) -> str:
     return sanitize("" if value is None else value, inline=True)
 
 
-def _count(occurrences: Any) -> str:
-    """How many occurrences a review-queue entry lists ("?" for a file edited into another shape)."""
-    return str(len(occurrences)) if isinstance(occurrences, list) else "?"
+def _count(entry: Any) -> str:
+    """How many occurrences a review-queue entry holds ("?" for a file edited into another shape)."""
+    held = review_count(entry)
+    return "?" if held is None else str(held)
 
 
 def _bar_chart(items: list[tuple[str, int, str]], width: int = 520) -> str:
@@ -168,7 +169,7 @@ def render_html(data: TriageData) -> str:
         f'{CLASS_COLOURS[g["class"]]}">{_e(g["class"])}</span></td><td><code>{_e(g["hash"])}</code></td>'
         f'<td>{_e(g["title"])}</td></tr>' for g in groups) or '<tr><td colspan="4">no fileable failures</td></tr>'
     review_rows = "".join(
-        f'<tr><td class="num">{_count(r.get("occurrences"))}</td><td><code>{_e(r.get("dedup_hash"))}</code></td>'
+        f'<tr><td class="num">{_count(r)}</td><td><code>{_e(r.get("dedup_hash"))}</code></td>'
         f'<td>{_e(_public(r.get("model_slug")))}</td>'
         f'<td><code>{_e(_public(review_error(r))[:160])}'
         f'</code></td></tr>' for r in data.review) or '<tr><td colspan="4">the review queue is empty</td></tr>'

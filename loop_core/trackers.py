@@ -824,6 +824,15 @@ class Settled:
 _HASH = re.compile(r"[0-9a-f]{12}")
 
 
+def review_count(entry: Mapping[str, Any]) -> int | None:
+    """How many occurrences a review-queue entry holds: one for an entry the reference
+    wrote (no list: it stands for one capture); None for a list edited into another shape."""
+    if "occurrences" not in entry:
+        return 1
+    occurrences = entry["occurrences"]
+    return len(occurrences) if isinstance(occurrences, list) else None
+
+
 def review_error(entry: Mapping[str, Any]) -> str:
     """A review-queue entry's error as one line, as ``review list`` and the report show
     it: the final error (else the error substring) without its log decorations, runs

@@ -704,6 +704,22 @@ def test_two_bundles_claiming_one_submission_do_not_flip_the_queue_run_after_run
     assert counts == [(1, 0), (0, 0), (0, 0)]
 
 
+def test_review_list_and_the_report_count_an_entry_the_reference_wrote_as_one(tmp_path: Path) -> None:
+    """Such an entry lists no occurrences but stands for one capture: it was shown with
+    a count of 0, and the queue as "N item(s) waiting for review (0 occurrence(s))"."""
+    captures = tmp_path / "captures"
+    write_bundle(captures / "m" / "20260801T000000Z", make_bundle(NOVEL))
+    invoke("run", str(captures))
+    (entry,) = _queue(captures)
+    Path(entry["_path"]).write_text(json.dumps({k: v for k, v in entry.items() if k in (
+        "canonical", "dedup_hash", "error_substring", "kind", "model_slug", "reason", "schema", "utc_ts")}))
+    listed = invoke("review", "list", str(captures)).output.splitlines()
+    assert listed[1].startswith(f"{entry['dedup_hash']}      1  ")
+    assert listed[-1] == "1 item(s) waiting for review (1 occurrence(s))"
+    assert invoke("report", str(captures), "--out", str(tmp_path / "r.html")).exit_code == 0
+    assert f'<td class="num">1</td><td><code>{entry["dedup_hash"]}' in (tmp_path / "r.html").read_text()
+
+
 def test_review_list_shows_the_error_message_not_its_log_decorations(tmp_path: Path) -> None:
     # vLLM V1 puts 60 characters of decorations before its message (tests/corpus/real,
     # vllm-unknown-903): the column showed "(EngineCore_DP0 pid=1789245) ERROR 11-19 12:54:26 [core.py:7".
