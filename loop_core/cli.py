@@ -762,6 +762,7 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
 
     queue = None
     if review_hash:
+        review_hash = review_hash.strip().lower()  # as `tracker show` takes a hash: in either case
         if bundle is not None or captures is None:
             raise LoopClickError("--review HASH needs --captures DIR and no BUNDLE")
         queue = ReviewQueue(captures)

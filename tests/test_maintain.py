@@ -75,7 +75,8 @@ def test_learn_from_the_review_queue(pack: Path, tmp_path: Path, pm: pluggy.Plug
     result = invoke("run", str(captures), "--rules", str(pack), "--format", "json")
     assert json.loads(result.output)["review_queued"] == 1
     (entry,) = json.loads(invoke("review", "list", str(captures), "--format", "json").output)
-    result = invoke("learn", "--review", entry["dedup_hash"], "--captures", str(captures),
+    # In capitals, as another tool may print it: the same entry, as `tracker show` takes a hash.
+    result = invoke("learn", "--review", entry["dedup_hash"].upper(), "--captures", str(captures),
                     "--as", "overlay-arch-drift", "--rules", str(pack))
     assert result.exit_code == 0, result.output
     assert "removed from the review queue" in result.output
