@@ -497,12 +497,14 @@ class GitHubTracker:
     def _gh(self, argv: list[str]) -> GhResult:
         if self.repo:
             argv = [*argv, "-R", self.repo]
+        if argv[1] in ("create", "comment", "close"):
+            # Before the call: one that fails, times out or is interrupted (Ctrl-C) may have
+            # landed all the same, and another run must not go on trusting what it knew.
+            self._wrote = True
         try:
             r = self.runner(argv, timeout=self.timeout)
         except Exception as e:  # noqa: BLE001 - an injected runner must not break the never-raise rule
             r = GhResult(False, 1, "", str(e))
-        if argv[1] in ("create", "comment", "close"):
-            self._wrote = True  # even when it failed: a create that timed out may have landed
         if r.ok and argv[:2] in (["issue", "create"], ["issue", "comment"]):
             # An issue or a comment went through: GitHub takes them again. (Not a label: a
             # repository that refuses issues, issues disabled, say, still takes labels.)

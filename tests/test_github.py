@@ -407,6 +407,28 @@ def test_two_runs_on_one_machine_never_count_a_submission_twice(
     assert [c[:2] for c in gh.calls()] == [["issue", "comment"]]
 
 
+def test_a_run_interrupted_while_its_plus_one_went_out_still_tells_the_others(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """Ctrl-C reached b after gh had posted its +1: b left without marking the lock as
+    written, and a, trusting what it knew of the issue, posted a second +1."""
+    draft, first = failure()
+    _, second = failure(ts="20260802T093000Z")
+    a = tracker(captures, fake_clock)
+    assert a.file(draft, first).action is FileAction.OPENED
+
+    def interrupted_after_commenting(argv: list[str], timeout: float) -> GhResult:
+        r = run_gh(argv, timeout=timeout)
+        if argv[:2] == ["issue", "comment"]:
+            raise KeyboardInterrupt
+        return r
+
+    b = tracker(captures, FakeClock(), runner=interrupted_after_commenting)
+    with pytest.raises(KeyboardInterrupt):
+        b.file(draft, second)
+    assert a.file(draft, second).action is FileAction.ALREADY_COUNTED
+    assert [plus_one_submission(c["body"]) for c in gh.issues()[0]["comments"]] == [second.submission]
+
+
 def test_a_failed_settle_listing_keeps_the_new_issue(captures: Path, fake_clock: FakeClock, failure: Any,
                                                      gh: FakeGh) -> None:
     draft, first = failure()
