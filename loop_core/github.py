@@ -380,8 +380,10 @@ class GitHubTracker:
         own. Listing the label again settles it: the lowest-numbered verified
         issue is the failure's issue (as every later lookup says), so when that is
         another one, the occurrence is counted there with a +1 and this issue is
-        closed as its duplicate. A failed listing keeps this issue: the occurrence
-        is on it (first-submission marker), and later runs count on the lowest.
+        closed as its duplicate (even when that +1 fails: the occurrence is
+        spooled, and the replay counts it there). A failed listing keeps this
+        issue: the occurrence is on it (first-submission marker), and later runs
+        count on the lowest.
         """
         mine = (number, {occurrence.submission})
         opened = FileResult(FileAction.OPENED, draft.dedup_hash, number, "opened-new")
@@ -394,7 +396,14 @@ class GitHubTracker:
             self._issues[_cache_key(draft)] = mine
             return opened
         first, seen = found
-        result = self._count(draft, occurrence, first, seen)
+        try:
+            result = self._count(draft, occurrence, first, seen)
+        except _Degraded:
+            # The occurrence goes to the spool, and the replay counts it on ``first``, where
+            # every lookup goes: left open, this issue would stay a second one for the failure.
+            if not self._down:
+                self._close_duplicate(number, first)
+            raise
         closed = self._close_duplicate(number, first)
         return FileResult(result.action, draft.dedup_hash, first,
                           f"{result.reason}; opened #{number} at the same time as another run opened "

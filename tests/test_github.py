@@ -442,18 +442,49 @@ def test_a_failed_settle_listing_keeps_the_new_issue(captures: Path, fake_clock:
 
 
 def test_a_failed_plus_one_while_settling_spools_and_the_replay_counts_it_once(
-        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Runs on two machines, as above: on one, b would look again and never open #3.
     draft, first = failure()
     _, second = failure(ts="20260802T093000Z")
+    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path / "machine-b"))
     b = tracker(captures, fake_clock, runner=failing("issue", "comment"))
     b.file(*failure(model="acme/Unrelated-3B"))
+    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path / "machine-a"))
     assert tracker(captures, FakeClock()).file(draft, first).issue == 2
     assert b.file(draft, second).action is FileAction.SPOOLED  # opened #3, could not count on #2
     assert spooled(captures, draft) == [second.submission]
+    # #3 is closed all the same: left open, it stayed a second issue of the failure for good
+    # (the replay counts on #2, the lowest, and never looks at #3 again).
+    assert [i["state"] for i in gh.issues()] == ["open", "open", "closed"]
+    assert gh.issues()[2]["comments"][0]["body"].startswith("Duplicate of #2:")
     replay = replay_spool(SpoolTracker(captures), tracker(captures, FakeClock()))
     assert [r.action for one in replay for r in one.results] == [FileAction.PLUS_ONE]
     assert [plus_one_submission(c["body"]) for c in gh.issues()[1]["comments"]] == [second.submission]
     assert replay_spool(SpoolTracker(captures), tracker(captures, FakeClock())) == []
+
+
+def test_a_plus_one_refused_by_a_rate_limit_while_settling_calls_gh_no_more(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    draft, first = failure()
+    _, second = failure(ts="20260802T093000Z")
+
+    def rate_limited(argv: list[str], timeout: float) -> GhResult:
+        if argv[:2] == ["issue", "comment"]:
+            return GhResult(False, 1, "", "GraphQL: API rate limit exceeded for user ID 1.")
+        return run_gh(argv, timeout=timeout)
+
+    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path / "machine-b"))
+    b = tracker(captures, fake_clock, runner=rate_limited)
+    b.file(*failure(model="acme/Unrelated-3B"))
+    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path / "machine-a"))
+    assert tracker(captures, FakeClock()).file(draft, first).issue == 2
+    gh.forget_calls()
+    assert b.file(draft, second).action is FileAction.SPOOLED
+    # The failed +1 is no gh call of the fake's; after the rate limit, no close either.
+    assert [c[:2] for c in gh.calls()] == [["label", "create"], ["issue", "create"], ["issue", "list"]]
+    assert [i["state"] for i in gh.issues()] == ["open", "open", "open"]
 
 # -- degrade to the spool ----------------------------------------------------
 
