@@ -1023,6 +1023,11 @@ def run(captures: Path, tracker_name: str, repo: str | None, rules: str, catalog
         try:
             summary = run_captures(captures, engine, tracker, catalog=cat, dry_run=dry_run, jobs=jobs,
                                    rules=rules, progress=progress, batch=batch)
+        except BaseException:
+            # What went wrong before the run stopped (why it spooled, say, when the spool
+            # then could not be written): the error itself says only why it stopped.
+            _tell_problems(tracker, None)
+            raise
         finally:
             if bar is not None:
                 bar.__exit__(None, None, None)
@@ -1332,6 +1337,9 @@ def spool_replay(captures: Path, tracker_name: str, repo: str | None) -> None:
     target = _tracker(tracker_name, captures, repo)
     try:
         results = replay_spool(SpoolTracker(captures), target)
+    except BaseException:
+        _tell_problems(target, None)  # what went wrong before the replay stopped, as in `run`
+        raise
     finally:
         _close(target)
     _tell_problems(target, None)  # what is left stays in the spool, as the summary says

@@ -822,6 +822,30 @@ def test_run_says_why_nothing_reached_github(tmp_path: Path, monkeypatch: pytest
     assert "gh: command not found" in bootstrap.stderr
 
 
+def test_a_run_stopped_by_the_spool_still_says_why_it_spooled(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spool error alone left the user guessing why anything went to the spool."""
+    from click.testing import CliRunner
+
+    from loop_core.cli import cli
+
+    captures = tmp_path / "captures"
+    copy_examples(captures)
+    empty = tmp_path / "no-gh"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))  # no gh anywhere
+    assert CliRunner().invoke(cli, ["run", str(captures), "--tracker", "github", "--repo", REPO]).exit_code == 0
+    for path in (captures / "_dedup-queue").glob("*.json"):  # edited by hand: no longer a list
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc["occurrences"] = {}
+        path.write_text(json.dumps(doc), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["run", str(captures), "--tracker", "github", "--repo", REPO])
+    assert result.exit_code == 2
+    assert "'occurrences' is a dict, not a list" in result.stderr
+    assert "loop-rules: github: `gh label list` failed (exit 127): gh: command not found" in result.stderr
+    assert "files it" not in result.stderr  # nothing waits in a spool that could not be written
+
+
 @pytest.mark.parametrize("command", [["run", "CAPTURES", "--tracker", "github"],
                                      ["spool", "replay", "CAPTURES", "--tracker", "github"],
                                      ["labels", "bootstrap"]])
