@@ -270,8 +270,10 @@ class GitHubTracker:
         each posted a +1 for the same new submission. The lock file holds a
         token that every writer changes; one that changed since this tracker
         last held the lock means another run wrote, and what it knew is
-        forgotten (looked up again). Held during the pacing waits too, so two
-        runs share GitHub's limits instead of doubling the rate.
+        forgotten (looked up again). After the token, the file holds the times
+        of the latest creates of every run (on the tracker's clock, monotonic:
+        one for the whole machine), and the lock is held during the pacing
+        waits too, so two runs share GitHub's limits instead of doubling the rate.
         """
         fd = None
         for path in self._lock_paths:
@@ -287,20 +289,35 @@ class GitHubTracker:
             yield
             return
         with held(fd):
-            token = os.pread(fd, 64, 0)
+            token, _, others = os.pread(fd, max(64, os.fstat(fd).st_size), 0).partition(b"\n")
             if token != self._seen_token:
                 self._issues.clear()
                 self._labels = None
                 self._labels_complete = True
+                self._share_create_times(others)
             self._wrote = False
             try:
                 yield
             finally:
                 if self._wrote:
                     token = os.urandom(16).hex().encode()
-                    os.pwrite(fd, token, 0)
-                    os.ftruncate(fd, len(token))
+                    data = token + b"\n" + " ".join(map(repr, self._create_times)).encode()
+                    os.pwrite(fd, data, 0)
+                    os.ftruncate(fd, len(data))
                 self._seen_token = token
+
+    def _share_create_times(self, text: bytes) -> None:
+        """Pace this run's creates after the other runs' too: ``text`` holds the latest
+        creates of every run on this machine (this one's among them). A time still to
+        come is not one (the monotonic clock starts again at each boot): it is left out."""
+        now = self.clock()
+        times = set(self._create_times)
+        for word in text.split():
+            with contextlib.suppress(ValueError):
+                if (t := float(word)) <= now:
+                    times.add(t)
+        keep = max(1, self.max_creates_per_minute)
+        self._create_times = deque(sorted(times)[-keep:], maxlen=keep)
 
     def bootstrap_labels(self) -> dict[str, bool]:
         """Create (or update) the six ``class:`` labels; ``{class: ok}``. Never raises."""

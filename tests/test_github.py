@@ -651,6 +651,37 @@ def test_creates_are_paced(interval: float, per_minute: int, captures: Path, fai
     assert all(times[i + per_minute] - times[i] >= 60.0 for i in range(len(times) - per_minute))
 
 
+def test_two_runs_on_one_machine_pace_their_creates_together(captures: Path, failure: Any, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each run paced its own creates only: taking turns at the lock, two runs at once
+    created twice as fast as either may."""
+    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path / "cache"))
+    clock = FakeClock()  # the machine's monotonic clock, which both runs read
+    log: list[tuple[float, list[str]]] = []
+    runner = _recording_runner(clock, log)
+    runs = [GitHubTracker(captures, runner=runner, sleep=clock.sleep, clock=clock.clock, max_creates_per_minute=5)
+            for _ in range(2)]
+    for i in range(12):
+        assert runs[i % 2].file(*failure(model=f"acme/M{i}-7B")).action is FileAction.OPENED
+    times = _create_times(log)
+    assert len(times) == 12
+    assert all(b - a >= 3.0 for a, b in zip(times, times[1:]))
+    assert all(times[i + 5] - times[i] >= 60.0 for i in range(len(times) - 5))
+
+
+def test_creates_of_an_earlier_boot_do_not_hold_a_run_up(captures: Path, failure: Any, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # The monotonic clock starts again at each boot: a time the lock file holds from before
+    # is later than now, and waiting for it would wait for hours.
+    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "github.lock").write_text("0123\n999999.5 1000000.0", encoding="utf-8")
+    clock = FakeClock()
+    t = GitHubTracker(captures, runner=_recording_runner(clock, []), sleep=clock.sleep, clock=clock.clock)
+    assert t.file(*failure()).action is FileAction.OPENED
+    assert clock.slept == []
+
+
 def test_run_cap_spools_the_rest(captures: Path, fake_clock: FakeClock, failure: Any) -> None:
     log: list[tuple[float, list[str]]] = []
     t = GitHubTracker(captures, runner=_recording_runner(fake_clock, log), sleep=fake_clock.sleep,
