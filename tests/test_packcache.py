@@ -405,3 +405,25 @@ def test_a_prune_that_fails_does_not_make_the_written_cache_look_unwritten(
     written.dirty = True
     path = packcache.save(written, "0" * 64)
     assert path is not None and path.is_file()
+
+
+def test_a_pack_holding_a_nan_is_still_read_from_the_cache(cache: Path, pack: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # json.dumps writes a YAML .nan as NaN, which orjson refuses: json reads the file then,
+    # rather than the pack being parsed and analysed again at every start.
+    from loop_core import rules
+
+    (pack / "90-nan.yml").write_text(
+        "- id: nan-example\n  class: unknown\n  description: d\n"
+        "  when: {select: $.signal.error_text, contains: frobnicator}\n"
+        "  examples: {match: [{pt3: {failure: frobnicator broke, ratio: .nan}}]}\n")
+    cold = _build(pack)
+    (written,) = (cache / "packs").glob("*.json")
+    assert "NaN" in written.read_text(encoding="utf-8")
+
+    def no_yaml(text: str, name: str = "") -> None:
+        raise AssertionError(f"parsed {name} again")
+
+    monkeypatch.setattr(rules, "load_yaml_text", no_yaml)
+    warm = _build(pack)
+    assert [r.id for r in warm.pack.rules] == [r.id for r in cold.pack.rules]
