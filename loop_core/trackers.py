@@ -766,8 +766,8 @@ class ReviewQueue:
                     # The reference's shape: no list, one capture, named by its capture time
                     # alone. It leaves once that capture is decided, or it would wait forever.
                     occurrences = [doc]
-                    decided = isinstance(doc.get("utc_ts"), str) and doc["utc_ts"] in settled.times
-                    kept = [] if decided else occurrences
+                    capture_decided = isinstance(doc.get("utc_ts"), str) and doc["utc_ts"] in settled.times
+                    kept = [] if capture_decided else occurrences
                 else:
                     kept = [o for o in occurrences
                             if not (isinstance(o, dict) and o.get("submission") in settled.submissions)]

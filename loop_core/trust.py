@@ -14,6 +14,7 @@ a prior, and a prior whose fingerprint does not verify is ignored.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -134,7 +135,7 @@ def _hashable(key: ConsensusKey) -> Any:
 
 def _holds_nan(value: Any) -> bool:
     if isinstance(value, float):
-        return value != value
+        return math.isnan(value)
     return isinstance(value, tuple) and any(map(_holds_nan, value))
 
 
@@ -142,7 +143,7 @@ _NAN = ("nan",)  # no JSON value freezes to a tuple of one string
 
 
 def _frozen(value: Any) -> Any:
-    if isinstance(value, float) and value != value:
+    if isinstance(value, float) and math.isnan(value):
         return _NAN
     if isinstance(value, list):
         return ("list", tuple(_frozen(v) for v in value))

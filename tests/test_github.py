@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import stat
@@ -647,7 +648,7 @@ def test_creates_are_paced(interval: float, per_minute: int, captures: Path, fai
         assert t.file(draft, occ).action in (FileAction.OPENED, FileAction.PLUS_ONE)
     times = _create_times(log)
     assert len(times) == 30 and clock.slept
-    assert all(b - a >= interval for a, b in zip(times, times[1:]))
+    assert all(b - a >= interval for a, b in itertools.pairwise(times))
     assert all(times[i + per_minute] - times[i] >= 60.0 for i in range(len(times) - per_minute))
 
 
@@ -665,7 +666,7 @@ def test_two_runs_on_one_machine_pace_their_creates_together(captures: Path, fai
         assert runs[i % 2].file(*failure(model=f"acme/M{i}-7B")).action is FileAction.OPENED
     times = _create_times(log)
     assert len(times) == 12
-    assert all(b - a >= 3.0 for a, b in zip(times, times[1:]))
+    assert all(b - a >= 3.0 for a, b in itertools.pairwise(times))
     assert all(times[i + 5] - times[i] >= 60.0 for i in range(len(times) - 5))
 
 
