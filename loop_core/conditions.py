@@ -180,10 +180,7 @@ def compile_selector(text: Any) -> Selector:
         if steps[0] == "signal" and len(steps) >= 2 and steps[1] not in SIGNALS:
             raise ValueError(_unknown_signal(steps[1], text))
         return Selector(text, tuple(steps))
-    try:
-        from jsonpath_ng.ext import parse  # imported lazily: start-up cost
-    except ImportError:  # pragma: no cover
-        from jsonpath_ng import parse
+    from jsonpath_ng.ext.parser import parse  # imported lazily: start-up cost
     try:
         compiled = parse(text)
     except Exception as e:  # jsonpath-ng raises several unrelated types

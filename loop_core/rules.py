@@ -245,7 +245,7 @@ def _loaders() -> tuple[Any, Any]:
 
     fast: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    class StrictLoader(fast):  # type: ignore[misc, valid-type]
+    class StrictLoader(fast):  # type: ignore[misc]
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             if not isinstance(node, yaml.MappingNode):
                 raise yaml.constructor.ConstructorError(
