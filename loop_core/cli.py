@@ -1230,6 +1230,8 @@ def _open_tracker(captures: Path) -> Any:
     from .trackers import DEDUP_QUEUE, STATE_DIR, SqliteTracker
 
     path = Path(captures) / STATE_DIR / "tracker.sqlite"
+    if path.parent.exists() and not path.parent.is_dir():  # a run would refuse it too: say so now
+        raise LoopClickError(f"{path.parent}: is a file where the tracker's folder goes; move it aside")
     empty = False
     with contextlib.suppress(OSError):  # no file (or one that cannot be read: said when it is opened)
         empty = path.stat().st_size == 0  # a run killed as it made the file, or a `touch`

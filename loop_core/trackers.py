@@ -918,6 +918,9 @@ class SqliteTracker:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
+            if self.path.parent.exists() and not self.path.parent.is_dir():
+                raise TrackerError(f"{self.path.parent}: is a file where the tracker's folder goes; "
+                                   "move it aside") from e
             raise TrackerError(f"{self.path.parent}: cannot make the tracker's folder: {e.strerror}") from e
         with self._errors_named():
             self.db = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None)

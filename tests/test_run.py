@@ -383,6 +383,16 @@ def test_tracker_list_before_any_run(captures: Path) -> None:
     assert not (captures / "_loop").exists()
 
 
+def test_a_file_where_the_tracker_folder_goes_is_named_by_run_and_tracker_list(captures: Path) -> None:
+    """tracker list said "no tracker yet; run ... first", and that run then failed with
+    "cannot make the tracker's folder: File exists"."""
+    (captures / "_loop").write_text("notes\n")
+    expected = f"Error: {captures}/_loop: is a file where the tracker's folder goes; move it aside\n"
+    assert invoke("tracker", "list", captures, code=2).stderr == expected
+    assert invoke("run", captures, code=2).stderr.endswith(expected)
+    assert (captures / "_loop").read_text() == "notes\n"
+
+
 def test_tracker_list_after_a_spool_run_points_at_the_spool(captures: Path) -> None:
     """After `run --tracker spool` it said "no tracker yet; run `loop-rules run X` first",
     a run the maintainer had just made: the failures wait in the spool, for `spool replay`."""
