@@ -121,7 +121,7 @@ def describe() -> str:
     if scanner() is not None:
         return "ahocorasick_rs, hyperscan for long runs" if _first_match_installed() else "ahocorasick_rs"
     if available():
-        return f"off ({ENV}={os.environ.get(ENV, '')})"
+        return f"off ({ENV}=off)"
     return 'off (ahocorasick_rs is not installed: pip install "loop-rules[fast]")'
 
 

@@ -38,9 +38,10 @@ def test_version_names_the_literal_scanner(monkeypatch: pytest.MonkeyPatch) -> N
             monkeypatch.setenv("LOOP_RULES_SCANNER", "ahocorasick")
             litscan.use_scanner(None)
             assert invoke("--version").output.splitlines()[1] == "literal scanner: ahocorasick_rs"
-            monkeypatch.setenv("LOOP_RULES_SCANNER", "off")
-            litscan.use_scanner(None)
-            assert invoke("--version").output.splitlines()[1] == "literal scanner: off (LOOP_RULES_SCANNER=off)"
+            for off in ("off", "OFF", "0"):  # any spelling of off reads as the one the docs give
+                monkeypatch.setenv("LOOP_RULES_SCANNER", off)
+                litscan.use_scanner(None)
+                assert invoke("--version").output.splitlines()[1] == "literal scanner: off (LOOP_RULES_SCANNER=off)"
         monkeypatch.delenv("LOOP_RULES_SCANNER", raising=False)
         monkeypatch.setattr(litscan, "_backend", lambda: None)  # as without the fast extra
         litscan.use_scanner(None)
