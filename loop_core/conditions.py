@@ -156,14 +156,16 @@ class Need:
     affix: str | None  # else a word start or end it implies (fastregex.affix_key)
 
     @classmethod
-    def of(cls, selector: Selector, literals: Sequence[str]) -> tuple[Need, ...]:
+    def of(cls, selector: Selector, literals: Sequence[str],
+           anchors: Sequence[str | None] | None = None) -> tuple[Need, ...]:
         """The needs "one of ``literals`` occurs"; none when one is empty (it always
-        occurs), so a need's literal is never empty and an empty text holds none."""
+        occurs), so a need's literal is never empty and an empty text holds none.
+        ``anchors``: each literal's :func:`anchor_word`, where already known."""
         if not all(literals):
             return ()
         out = []
-        for lit in literals:
-            anchor = anchor_word(lit)
+        for i, lit in enumerate(literals):
+            anchor = anchor_word(lit) if anchors is None else anchors[i]
             out.append(cls(selector, lit, anchor, None if anchor else affix_key(lit)))
         return tuple(out)
 
@@ -384,7 +386,7 @@ class Select(Condition):
         if self.op == "regex":
             # A regex never matches a value that is not text (see _one).
             literals = self.operand.literals
-            return None if literals is None else Need.of(self.selector, literals)
+            return None if literals is None else Need.of(self.selector, literals, self.operand.anchors)
         if self.op == "contains" and len(steps) == 2 and steps[0] == "signal" and steps[1] in TEXT_SIGNALS:
             mode, lits = self.operand
             if not self.ignore_case and not all(lit.isascii() for lit in lits):
