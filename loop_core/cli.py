@@ -1396,10 +1396,15 @@ def labels_bootstrap(repo: str | None) -> None:
 @cli.command()
 @_guard
 def plugins() -> None:
-    """Print the loaded plugins and the hooks each implements, as JSON.
+    """Print the loaded plugins and what they contribute, as JSON.
+
+    Each plugin with the hooks it implements, then the matcher chain in
+    evaluation order, the condition kinds, the rule packs, and the trackers
+    --tracker can name (with whether each takes --repo).
 
     Third-party plugins load from the 'loop_rules' entry-point group; set
-    LOOP_RULES_DISABLE_PLUGIN_AUTOLOAD=1 to load only the built-ins.
+    LOOP_RULES_DISABLE_PLUGIN_AUTOLOAD=1 to load only the built-ins. Exit
+    status 2 when a plugin cannot be loaded or registers something twice.
 
     \b
     Example:
@@ -1408,18 +1413,25 @@ def plugins() -> None:
     from .conditions import ConditionKind
     from .engine import condition_kinds, registered_matchers, rule_packs
     from .plugins import collect, make_plugin_manager, plugin_report
+    from .trackers import TrackerSpec
 
     pm = make_plugin_manager()
     matchers = registered_matchers(pm)  # checked as a run checks them: a bad order cannot be sorted
     kinds: dict[str, tuple[Any, str]] = collect(pm, "loop_register_conditions", lambda k: k.name, "condition kind",
                                                 ConditionKind)
     condition_kinds(pm)
+    trackers: dict[str, tuple[Any, str]] = collect(pm, "loop_register_trackers", lambda t: t.name, "tracker",
+                                                   TrackerSpec)
     report = {
         "plugins": plugin_report(pm),
         "matchers": [{"name": name, "tier": m.tier.value, "order": m.order, "plugin": plugin}
                      for name, (m, plugin) in sorted(matchers.items(), key=lambda kv: kv[1][0].sort_key())],
         "condition_kinds": [{"name": name, "plugin": plugin} for name, (_k, plugin) in sorted(kinds.items())],
         "rule_packs": [{"name": name, "path": str(info.path)} for name, info in sorted(rule_packs(pm).items())],
+        # takes_repo as --repo reads it (see _tracker_spec): whether `run --repo` is refused with that tracker.
+        "trackers": [{"name": name, "plugin": plugin, "takes_repo": bool(getattr(spec, "takes_repo", True)),
+                      "description": str(spec.description)}
+                     for name, (spec, plugin) in sorted(trackers.items())],
     }
     click.echo(json.dumps(report, indent=2))
 

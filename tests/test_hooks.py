@@ -554,6 +554,42 @@ def test_hook_loop_register_trackers_duplicate_names_both_plugins(
                              "and by plugin 'loop_rules.trackers'\n")
 
 
+def test_plugins_lists_the_trackers_a_plugin_registers(cli_uses_pm: pluggy.PluginManager,
+                                                      register_plugin: Register) -> None:
+    """`loop-rules plugins` listed the hook under the plugin but not the trackers, so the
+    values --tracker takes were found only by giving it a wrong one."""
+    import json
+
+    class Local(RecorderStore):
+        @hookimpl
+        def loop_register_trackers(self, register: Callable[[Any], None]) -> None:
+            from loop_core import TrackerSpec
+
+            register(TrackerSpec("acme-local", self.factory, "files into a local folder", takes_repo=False))
+
+    register_plugin(RecorderStore(), "acme-trackers")
+    register_plugin(Local(), "acme-local")
+    result = _cli("plugins")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [t["name"] for t in report["trackers"]] == ["acme-local", "github", "recorder", "spool", "sqlite"]
+    assert report["trackers"][0] == {"name": "acme-local", "plugin": "acme-local", "takes_repo": False,
+                                     "description": "files into a local folder"}
+    assert report["trackers"][2] == {"name": "recorder", "plugin": "acme-trackers", "takes_repo": True,
+                                     "description": "in memory, for tests"}
+    assert {"name": "sqlite", "plugin": "loop_rules.trackers", "takes_repo": False,
+            "description": "embedded SQLite file under <captures>/_loop/ (default)"} in report["trackers"]
+
+
+def test_plugins_refuses_a_tracker_registered_twice(cli_uses_pm: pluggy.PluginManager,
+                                                    register_plugin: Register) -> None:
+    register_plugin(RecorderStore("sqlite"), "acme-trackers")
+    result = _cli("plugins")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == ("Error: tracker 'sqlite' registered twice: by plugin 'acme-trackers' "
+                             "and by plugin 'loop_rules.trackers'\n")
+
+
 def test_trace_shows_every_hook_call_registration_included(capsys: pytest.CaptureFixture[str],
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOOP_RULES_TRACE_HOOKS", "1")

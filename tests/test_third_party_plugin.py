@@ -44,9 +44,24 @@ def test_plugins_lists_the_third_party_plugin(site: Path) -> None:
     report = json.loads(run(site, "plugins").stdout)
     plugin = next(p for p in report["plugins"] if p["name"] == "example")
     assert plugin["distribution"] == "loop-example-plugin"
-    assert plugin["hooks"] == ["loop_register_conditions", "loop_register_matchers", "loop_register_rule_packs"]
+    assert plugin["hooks"] == ["loop_register_conditions", "loop_register_matchers", "loop_register_rule_packs",
+                               "loop_register_trackers"]
     assert {"name": "min_gpu_count", "plugin": "example"} in report["condition_kinds"]
     assert [m["name"] for m in report["matchers"]][:2] == ["tier1-oom-fastpath", "example-hip-no-binary"]
+    assert report["trackers"][0] == {"name": "example-spool", "plugin": "example", "takes_repo": False,
+                                     "description": "the offline spool, under the example's name"}
+    assert [t["plugin"] for t in report["trackers"][1:]] == ["loop_rules.trackers"] * 3
+
+
+def test_the_tracker_files_and_refuses_a_repo(site: Path, tmp_path: Path) -> None:
+    captures = tmp_path / "captures"
+    write_bundle(captures / "b", make_bundle("torch.cuda.OutOfMemoryError: CUDA out of memory"))
+    filed = run(site, "run", str(captures), "--tracker", "example-spool", "--format", "json")
+    assert filed.returncode == 0, filed.stderr
+    assert len(list((captures / "_dedup-queue").glob("*.json"))) == 1
+    refused = run(site, "run", str(captures), "--tracker", "example-spool", "--repo", "acme/rig")
+    assert refused.returncode == 2
+    assert "the example-spool tracker files locally and takes no repository" in refused.stderr
 
 
 def test_tier1_matcher_decides(site: Path, tmp_path: Path) -> None:
@@ -69,6 +84,7 @@ def test_condition_kind_works_from_yaml(site: Path, tmp_path: Path) -> None:
 def test_autoload_env_var_turns_it_off(site: Path, tmp_path: Path) -> None:
     report = json.loads(run(site, "plugins", autoload=False).stdout)
     assert "example" not in {p["name"] for p in report["plugins"]}
+    assert "example-spool" not in {t["name"] for t in report["trackers"]}
     target = write_bundle(tmp_path / "b", make_bundle("RuntimeError: HIP error: hipErrorNoBinaryForGpu"))
     row = json.loads(run(site, "classify", "--format", "jsonl", str(target), autoload=False).stdout)
     assert row["matched_rule"] != "example-hip-no-binary"
