@@ -99,7 +99,14 @@ def collect_triage(captures: Path, engine: Engine, catalog: Catalog | None = Non
 
 
 def _e(value: Any) -> str:
-    return html.escape(path_text(value), quote=True)  # a folder name that is not UTF-8 included
+    """``value`` HTML-escaped, a folder name that is not UTF-8 included. A character that is
+    not printable (a control, a bidi mark: a folder name may hold them, and reach the page in
+    the unreadable list or a chart label) is written as its escape, as the terminal output
+    writes it, so it can neither reorder what the page shows nor hide in it."""
+    text = path_text(value)
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return html.escape(text, quote=True)
 
 
 def _public(value: Any) -> str:

@@ -103,6 +103,26 @@ def test_report_scrubs_what_captures_wrote_as_the_issues_do(tmp_path: Path) -> N
     assert "alice@example.com" not in page  # a mention is broken, as in an issue
 
 
+def test_report_writes_controls_and_bidi_marks_of_folder_names_as_escapes(tmp_path: Path) -> None:
+    """A folder name reached the page as it was: a right-to-left override reordered the
+    path shown in the unreadable list (and an ESC hid in it), where the terminal output
+    writes each as its escape."""
+    captures = tmp_path / "c"
+    write_bundle(captures / "llama" / "2026\u202e0801", make_bundle({
+        "pt1": {"predicted_b_breakdown": {"weights": 14.2, "kv_pool_requested": 6.0}},
+        "pt3": {"failure_log_excerpt": "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB\n",
+                "actual": {"attempted_alloc_mib": 512, "gpu_worker_reported_mib": 23100}}}))
+    for name in ("evil\u202e<i>lmth.exe", "red\x1b[31m"):
+        broken = captures / name / "1"
+        broken.mkdir(parents=True)
+        (broken / "manifest.json").write_text("{")
+    page = make_report(captures, tmp_path / "r.html")
+    assert "\u202e" not in page and "\x1b" not in page
+    assert "evil\\u202e&lt;i&gt;lmth.exe/1/manifest.json: invalid JSON" in page
+    assert "red\\x1b[31m/1/manifest.json: invalid JSON" in page
+    assert "@ 2026\\u202e0801</text>" in page  # the OOM chart's label
+
+
 def test_report_shows_a_lone_surrogate_in_a_review_entry_instead_of_crashing(tmp_path: Path) -> None:
     captures = tmp_path / "c"
     write_bundle(captures / "m" / "1", make_bundle({"pt3": {"failure_log_excerpt": "something odd\n"}}))
