@@ -177,7 +177,7 @@ def render_html(data: TriageData) -> str:
         f'<td>{_e(g["title"])}</td></tr>' for g in groups) or '<tr><td colspan="4">no fileable failures</td></tr>'
     review_rows = "".join(
         f'<tr><td class="num">{_count(r)}</td><td><code>{_e(r.get("dedup_hash"))}</code></td>'
-        f'<td>{_e(_public(r.get("model_slug")))}</td>'
+        f'<td>{_e(_public(r.get("model_slug"))[:120])}</td>'
         f'<td><code>{_e(_public(review_error(r))[:160])}'
         f'</code></td></tr>' for r in data.review) or '<tr><td colspan="4">the review queue is empty</td></tr>'
     review_rows += "".join(f'<tr><td colspan="4">skipped: <code>{_e(p)}</code></td></tr>'

@@ -123,6 +123,19 @@ def test_report_writes_controls_and_bidi_marks_of_folder_names_as_escapes(tmp_pa
     assert "@ 2026\\u202e0801</text>" in page  # the OOM chart's label
 
 
+def test_the_review_table_cuts_a_long_model_name(tmp_path: Path) -> None:
+    """The model column took the whole model name, where the error beside it is cut to
+    160 characters: a capture naming its model in 50,000 characters filled the page."""
+    captures = tmp_path / "c"
+    model = "acme/" + "m" * 50_000
+    write_bundle(captures / "m" / "1", make_bundle({"manifest": {"model": model, "model_id": model},
+                                                     "pt3": {"failure_log_excerpt": "something odd\n"}}))
+    assert CliRunner().invoke(cli, ["run", str(captures)]).exit_code == 0
+    page = make_report(captures, tmp_path / "r.html")
+    assert f"<td>acme/{'m' * 115}</td>" in page
+    assert len(page) < 10_000
+
+
 def test_report_shows_a_lone_surrogate_in_a_review_entry_instead_of_crashing(tmp_path: Path) -> None:
     captures = tmp_path / "c"
     write_bundle(captures / "m" / "1", make_bundle({"pt3": {"failure_log_excerpt": "something odd\n"}}))
