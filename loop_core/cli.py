@@ -687,8 +687,9 @@ def eval_(corpus: Path, rules: str, split: str, compare_with: str | None, fmt: s
     header = f"{'class':20}" + "".join(f" | {r.pack:{w}} {'P':>5} {'R':>5} {'F1':>5}" for r, w in zip(reports, widths))
     click.echo(header + " | support")
     for cls, row in reports[0].per_class().items():
-        cells = "".join(f" | {'':{w}} {r.per_class()[cls]['precision']:5.2f} {r.per_class()[cls]['recall']:5.2f} "
-                        f"{r.per_class()[cls]['f1']:5.2f}" for r, w in zip(reports, widths))
+        cells = "".join(f" | {'':{w}} " + " ".join(_ratio(r.per_class()[cls][key])
+                                                    for key in ("precision", "recall", "f1"))
+                        for r, w in zip(reports, widths))
         click.echo(f"{cls:20}{cells} | {row['support']}")
     for label, attr in (("macro-F1", "macro_f1"), ("accuracy", "accuracy"), ("hard accuracy", "hard_accuracy")):
         click.echo(f"{label:20}" + "".join(f" | {_measure(getattr(r, attr)):>{w + 18}}"
@@ -703,6 +704,11 @@ def eval_(corpus: Path, rules: str, split: str, compare_with: str | None, fmt: s
 
 def _measure(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
+
+
+def _ratio(value: Any) -> str:
+    """A per-class precision, recall or F1 in its column: ``n/a`` when nothing was measured."""
+    return f"{'n/a':>5}" if value is None else f"{value:5.2f}"
 
 
 @cli.command()

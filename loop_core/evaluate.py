@@ -145,14 +145,21 @@ class Report:
     confusion: Counter[tuple[str, str]] = field(default_factory=Counter)
     misses: list[dict[str, Any]] = field(default_factory=list)
 
-    def per_class(self) -> dict[str, dict[str, float | int]]:
-        out: dict[str, dict[str, float | int]] = {}
+    def per_class(self) -> dict[str, dict[str, float | int | None]]:
+        """Precision, recall, F1 and support of each class. For a class with no case
+        (support 0) recall and F1 are None, and so is precision when no case was
+        classified as it either: nothing was measured, which 0.0 would pass for a
+        pack that fails the class (as ``hard_accuracy`` is None without a hard case)."""
+        out: dict[str, dict[str, float | int | None]] = {}
         for cls in CLASSES:
             tp = self.confusion[(cls, cls)]
             predicted = sum(n for (_t, p), n in self.confusion.items() if p == cls)
             support = sum(n for (t, _p), n in self.confusion.items() if t == cls)
+            if not support:
+                out[cls] = {"precision": 0.0 if predicted else None, "recall": None, "f1": None, "support": 0}
+                continue
             precision = tp / predicted if predicted else 0.0
-            recall = tp / support if support else 0.0
+            recall = tp / support
             f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
             out[cls] = {"precision": precision, "recall": recall, "f1": f1, "support": support}
         return out
@@ -160,7 +167,7 @@ class Report:
     @property
     def macro_f1(self) -> float:
         rows = [r for r in self.per_class().values() if r["support"]]
-        return sum(float(r["f1"]) for r in rows) / len(rows) if rows else 0.0
+        return sum(float(r["f1"] or 0.0) for r in rows) / len(rows) if rows else 0.0
 
     @property
     def accuracy(self) -> float:

@@ -530,6 +530,24 @@ def test_eval_follows_linked_folders_and_says_no_hard_case_was_measured(tmp_path
     assert report[0]["hard_cases"] == 0 and report[0]["hard_accuracy"] is None and report[0]["accuracy"] == 1.0
 
 
+def test_eval_says_n_a_for_a_class_the_corpus_has_no_case_of(tmp_path: Path) -> None:
+    """A class without a case showed precision, recall and F1 of 0.00, as if the pack failed
+    it, where macro-F1 leaves it out and hard accuracy says n/a for the same nothing."""
+    (tmp_path / "a.yml").write_text(CASE.format(id="c1", hard="false",
+                                                excerpt="torch.OutOfMemoryError: CUDA out of memory."))
+    (tmp_path / "b.yml").write_text(CASE.format(id="c2", hard="false", excerpt="something odd"))
+    result = invoke("eval", "--corpus", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line.split("|")[1].split() for line in result.output.splitlines()[2:8]}
+    assert rows["genuine-oom"] == ["1.00", "0.50", "0.67"]
+    assert rows["kernel-unsupported"] == ["n/a", "n/a", "n/a"]
+    assert rows["unknown"] == ["0.00", "n/a", "n/a"]  # c2 was classified unknown: a wrong guess, measured
+    [report] = json.loads(invoke("eval", "--corpus", str(tmp_path), "--format", "json").output)
+    assert report["per_class"]["kernel-unsupported"] == {"precision": None, "recall": None, "f1": None, "support": 0}
+    assert report["per_class"]["unknown"] == {"precision": 0.0, "recall": None, "f1": None, "support": 0}
+    assert report["macro_f1"] == pytest.approx(2 / 3)
+
+
 def test_trust_summary_counts_gate_only_bundles_by_name() -> None:
     examples = Path(__file__).resolve().parent.parent / "examples" / "pull-captures"
     last = invoke("trust", str(examples)).output.splitlines()[-1]
