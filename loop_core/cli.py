@@ -844,6 +844,10 @@ def diff(corpus: tuple[Path, ...], new_rules: str, old_rules: str, fmt: str, fai
 
     Counts each class transition; --format markdown is ready for a pull-request
     comment. Shadow rules of the new pack are listed with how often they would match.
+    Unreadable bundles are counted, not compared.
+
+    Exit status 0 (whatever changed, unless --fail-on-change: then 1 when a
+    bundle changed or none could be read); 2 when a pack cannot be loaded.
 
     \b
     Example:
@@ -895,7 +899,13 @@ def report(captures: Path, out: str, rules: str, catalog: Path | None) -> None:
 
     Counts by class, the top dedup groups, the OOM measured-vs-predicted delta,
     the review queue and the trust funnel, drawn as inline SVG: one file, no
-    network assets, nothing filed.
+    network assets, nothing filed. The line printed at the end counts the
+    unreadable bundles (the page lists them).
+
+    Exit status 0 (unreadable bundles included); 2 when the pack or the
+    catalog cannot be loaded, CAPTURES/_review-queue is not a folder, or the
+    page cannot be written where --out points; 74 when the system refuses
+    the write (a full disk).
 
     \b
     Example:

@@ -412,6 +412,15 @@ def test_every_command_with_a_status_1_says_so_in_its_help() -> None:
         assert re.search(r"Exit (status )?1 ", shown), command
 
 
+@pytest.mark.parametrize("command", ["report", "diff", "eval", "plugins"])
+def test_the_help_says_what_the_exit_statuses_are(command: str) -> None:
+    """report and diff kept their exit statuses to the docs: a CI script's author reading
+    --help could not tell whether an unreadable capture or a changed bundle fails the step."""
+    shown = " ".join(CliRunner().invoke(cli, [command, "--help"]).output.split())
+    assert re.search(r"[Ee]xit status 0", shown) or command == "plugins", shown
+    assert re.search(r"2 when [^.]*(pack|plugin)", shown), shown
+
+
 def _commands(group: click.Group = cli, prefix: tuple[str, ...] = ()) -> Iterator[Any]:
     for name, command in sorted(group.commands.items()):
         path = (*prefix, name)
