@@ -668,9 +668,16 @@ def eval_(corpus: Path, rules: str, split: str, compare_with: str | None, fmt: s
     """
     from .evaluate import evaluate, load_cases
 
-    cases = load_cases(corpus, split)
+    every = load_cases(corpus)
+    cases = [case for case in every if split in ("all", case.split)]
+    if not every:  # a pack's directory, a folder of bundles, a mistyped path
+        raise LoopClickError(f"{_shown(corpus)}: no case files here (YAML files with a label and an excerpt)")
     if not cases:
-        raise LoopClickError(f"{corpus}: no cases in split {split!r}")
+        from collections import Counter
+
+        held = Counter(case.split for case in every)
+        raise LoopClickError(f"{_shown(corpus)}: no cases in split {split!r} (it holds "
+                             + ", ".join(f"{held[name]} in {name}" for name in sorted(held)) + ")")
     reports = [evaluate(_engine(rules), cases, split)]
     if compare_with:
         reports.append(evaluate(_engine(compare_with, "--compare"), cases, split))

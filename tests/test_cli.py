@@ -530,6 +530,23 @@ def test_eval_follows_linked_folders_and_says_no_hard_case_was_measured(tmp_path
     assert report[0]["hard_cases"] == 0 and report[0]["hard_accuracy"] is None and report[0]["accuracy"] == 1.0
 
 
+def test_eval_tells_a_folder_without_cases_from_a_split_without_any(tmp_path: Path) -> None:
+    """Both were "no cases in split 'all'" (or the split given): a rule pack or a folder of
+    bundles given as --corpus read as an empty split, and a split that selects nothing did
+    not say which splits the corpus has."""
+    rules = Path(__file__).resolve().parent.parent / "rules.d"
+    result = invoke("eval", "--corpus", str(rules))
+    assert (result.exit_code, result.output) == (
+        2, f"Error: {rules}: no case files here (YAML files with a label and an excerpt)\n")
+    (tmp_path / "a.yml").write_text(CASE.format(id="c1", hard="false", excerpt="CUDA out of memory"))
+    (tmp_path / "b.yml").write_text(CASE.format(id="c2", hard="true", excerpt="x").replace("tune", "frozen"))
+    (tmp_path / "c.yml").write_text(CASE.format(id="c3", hard="true", excerpt="x").replace("tune", "frozen"))
+    result = invoke("eval", "--corpus", str(tmp_path), "--split", "holdout")
+    assert (result.exit_code, result.output) == (
+        2, f"Error: {tmp_path}: no cases in split 'holdout' (it holds 2 in frozen, 1 in tune)\n")
+    assert invoke("eval", "--corpus", str(tmp_path), "--split", "frozen").output.startswith("2 case(s), split frozen")
+
+
 def test_eval_says_n_a_for_a_class_the_corpus_has_no_case_of(tmp_path: Path) -> None:
     """A class without a case showed precision, recall and F1 of 0.00, as if the pack failed
     it, where macro-F1 leaves it out and hard accuracy says n/a for the same nothing."""
