@@ -547,6 +547,18 @@ def test_eval_tells_a_folder_without_cases_from_a_split_without_any(tmp_path: Pa
     assert invoke("eval", "--corpus", str(tmp_path), "--split", "frozen").output.startswith("2 case(s), split frozen")
 
 
+def test_eval_writes_the_controls_of_a_case_id_as_escapes(tmp_path: Path) -> None:
+    """A miss printed the case id as the file wrote it: an escape sequence reached the
+    terminal, and a right-to-left override reordered the line."""
+    (tmp_path / "a.yml").write_text(CASE.format(id="x", hard="false", excerpt="nothing").replace(
+        "id: x", 'id: "evil\\e[2J\\u202eid"'))
+    result = subprocess.run([sys.executable, "-m", "loop_core", "eval", "--corpus", str(tmp_path)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        "  evil\\x1b[2J\\u202eid: expected genuine-oom, got unknown by None")
+
+
 def test_eval_says_n_a_for_a_class_the_corpus_has_no_case_of(tmp_path: Path) -> None:
     """A class without a case showed precision, recall and F1 of 0.00, as if the pack failed
     it, where macro-F1 leaves it out and hard accuracy says n/a for the same nothing."""
