@@ -927,6 +927,9 @@ def report(captures: Path, out: str, rules: str, catalog: Path | None) -> None:
     # With --out -, stdout holds the page alone: what plugins print on the way goes to stderr.
     with contextlib.redirect_stdout(sys.stderr) if to_stdout else contextlib.nullcontext():
         data = collect_triage(captures, _engine(rules), load_catalog(catalog))
+    # Named as the user named it, as diff and eval do: a working copy of rules.d is called
+    # `default` by its pack.yml, and the page is passed around as the report of that pack.
+    data.pack = rules
     for problem in data.review_problems:
         click.echo(f"loop-rules: warning: skipped {_shown(problem)}", err=True)
     page = render_html(data)

@@ -136,6 +136,18 @@ def test_the_review_table_cuts_a_long_model_name(tmp_path: Path) -> None:
     assert len(page) < 10_000
 
 
+def test_report_names_the_pack_as_it_was_given(captures: Path, tmp_path: Path) -> None:
+    """A working copy of rules.d, whose pack.yml still calls it default, was reported as
+    pack default: a page passed around said the captures were classified by the pack
+    they were not."""
+    copy = Path(shutil.copytree(ROOT / "rules.d", tmp_path / "my-copy"))
+    result = CliRunner().invoke(cli, ["report", str(captures), "--out", str(tmp_path / "r.html"),
+                                      "--rules", str(copy)])
+    assert result.exit_code == 0, result.output
+    assert f"pack <code>{copy}</code>" in (tmp_path / "r.html").read_text()
+    assert "pack <code>default</code>" in make_report(captures, tmp_path / "d.html")
+
+
 def test_report_shows_a_lone_surrogate_in_a_review_entry_instead_of_crashing(tmp_path: Path) -> None:
     captures = tmp_path / "c"
     write_bundle(captures / "m" / "1", make_bundle({"pt3": {"failure_log_excerpt": "something odd\n"}}))
