@@ -57,13 +57,34 @@ def _engine(rules: str, option: str = "--rules") -> Any:
     from .engine import Engine, UnknownPack
 
     try:
-        return Engine.build(rules)
+        engine = Engine.build(rules)
+        _warn_if_shadowing(rules, option, engine)
+        return engine
     except UnknownPack as e:
         raise LoopClickError(str(e.for_option(option))) from e
     except RuleError as e:
         raise LoopClickError(str(e) + _more_problems(rules)) from e
     except LoopError as e:
         raise LoopClickError(str(e)) from e
+
+
+def _warn_if_shadowing(rules: str, option: str, engine: Any) -> None:
+    """A pack name typed where a folder of that name stands: the registered pack
+    wins, so an edited ./default would be left out without a word (a diff of the
+    built-in pack with itself reports nothing changed). Said when the option was
+    typed; its default naming a pack is no choice of the user's."""
+    root = engine.pack.root
+    if root is None or not Path(rules).is_dir() or Path(rules).resolve() == root.resolve():
+        return
+    ctx = click.get_current_context(silent=True)
+    param = next((p for p in ctx.command.params if option in getattr(p, "opts", ())), None) if ctx else None
+    if ctx is None or param is None or param.name is None:
+        return
+    if ctx.get_parameter_source(param.name) in (click.core.ParameterSource.DEFAULT,
+                                                click.core.ParameterSource.DEFAULT_MAP):
+        return
+    click.echo(f"loop-rules: warning: {option} {rules} is the registered pack {rules!r}, not the folder "
+               f"{_shown(rules)} here: give {option} ./{_shown(rules)} for the folder", err=True)
 
 
 def _more_problems(rules: str) -> str:

@@ -686,3 +686,28 @@ def test_a_review_queue_that_is_not_a_folder_is_status_2_as_documented(
     assert result.exit_code == 2
     assert result.stderr == "Error: captures/_review-queue: not a folder; move it aside\n"
     assert "`CAPTURES/_review-queue` is not a folder" in _doc_section(heading)
+
+
+def test_a_typed_pack_name_that_a_folder_here_shares_is_said_to_be_the_pack(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`diff --rules default` beside an edited ./default compared the built-in pack with
+    itself and reported nothing changed: the registered name wins, without a word."""
+    import shutil
+
+    from loop_core.testing import make_bundle, write_bundle
+
+    from .conftest import RULES_D
+
+    shutil.copytree(RULES_D, tmp_path / "default")
+    write_bundle(tmp_path / "captures" / "m" / "20260801T000000Z", make_bundle(OOM))
+    monkeypatch.chdir(tmp_path)
+    warning = ("loop-rules: warning: --rules default is the registered pack 'default', not the folder default "
+               "here: give --rules ./default for the folder\n")
+    assert invoke("classify", "--rules", "default", "captures").stderr == warning
+    assert invoke("diff", "--rules", "default", "captures").stderr == warning
+    # Not where the user typed no pack name (--against's default is 'default' too) or the folder itself.
+    for args in (["classify", "captures"], ["classify", "--rules", "./default", "captures"],
+                 ["diff", "--rules", "./default", "captures"]):
+        assert invoke(*args).stderr == "", args
+    assert "--against default is the registered pack" in invoke(
+        "diff", "--rules", "./default", "--against", "default", "captures").stderr
