@@ -9,6 +9,7 @@ text is (``dedup.sanitize``).
 from __future__ import annotations
 
 import html
+import shlex
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -121,6 +122,12 @@ def _count(entry: Any) -> str:
     return "?" if held is None else str(held)
 
 
+# Rows of the review queue and of the unreadable list shown, and bars of the OOM chart: a
+# report over a large corpus stays a page to read (the cards count everything).
+SHOWN_ROWS = 100
+SHOWN_DELTAS = 50
+
+
 def _bar_chart(items: list[tuple[str, int, str]], width: int = 520) -> str:
     if not items:
         return '<p class="empty">nothing to show</p>'
@@ -143,6 +150,12 @@ def _delta_chart(deltas: list[dict[str, Any]], width: int = 1000) -> str:
     if not points:
         return ('<p class="empty">no OOM with both a predicted total and a measured peak '
                 f'({len(deltas)} OOM bundle(s) without a usable delta)</p>')
+    note = ""
+    if len(points) > SHOWN_DELTAS:  # the furthest from their prediction, in the order found
+        kept = {id(d) for d in sorted(points, key=lambda d: -abs(d["delta"]))[:SHOWN_DELTAS]}
+        note = (f'<p class="sub">the {SHOWN_DELTAS} furthest from their prediction, of {len(points)} '
+                'OOM bundles with a delta</p>')
+        points = [d for d in points if id(d) in kept]
     span = max(abs(d["delta"]) for d in points) or 1
     row, label_w, pad = 26, 420, 90
     height = row * len(points) + 34
@@ -163,6 +176,7 @@ def _delta_chart(deltas: list[dict[str, Any]], width: int = 1000) -> str:
         tx, anchor = (x + w + 5, "start") if d["delta"] >= 0 else (x - 5, "end")
         parts.append(f'<text x="{tx}" y="{y + 14}" text-anchor="{anchor}" font-size="12">{d["delta"]:+d}</text>')
     parts.append("</svg>")
+    parts.append(note)
     return "".join(parts)
 
 
@@ -179,10 +193,16 @@ def render_html(data: TriageData) -> str:
         f'<tr><td class="num">{_count(r)}</td><td><code>{_e(r.get("dedup_hash"))}</code></td>'
         f'<td>{_e(_public(r.get("model_slug"))[:120])}</td>'
         f'<td><code>{_e(_public(review_error(r))[:160])}'
-        f'</code></td></tr>' for r in data.review) or '<tr><td colspan="4">the review queue is empty</td></tr>'
+        f'</code></td></tr>' for r in data.review[:SHOWN_ROWS]) or '<tr><td colspan="4">the review queue is empty</td></tr>'
+    if len(data.review) > SHOWN_ROWS:
+        review_rows += (f'<tr><td colspan="4">… and {len(data.review) - SHOWN_ROWS} more entries: '
+                        f'<code>loop-rules review list {_e(shlex.quote(data.captures))}</code> lists them all</td></tr>')
     review_rows += "".join(f'<tr><td colspan="4">skipped: <code>{_e(p)}</code></td></tr>'
                            for p in data.review_problems)
-    unreadable = "".join(f"<li><code>{_e(u)}</code></li>" for u in data.unreadable)
+    unreadable = "".join(f"<li><code>{_e(u)}</code></li>" for u in data.unreadable[:SHOWN_ROWS])
+    if len(data.unreadable) > SHOWN_ROWS:
+        unreadable += (f"<li>… and {len(data.unreadable) - SHOWN_ROWS} more: <code>loop-rules classify "
+                       f"{_e(shlex.quote(data.captures))}</code> names each</li>")
     shadow_rows = "".join(
         f'<tr><td class="num">{n}</td><td><code>{_e(rule_id)}</code></td><td><span class="pill" style="background:'
         f'{CLASS_COLOURS[cls]}">{_e(cls)}</span></td></tr>' for rule_id, (cls, n) in sorted(data.shadow.items()))

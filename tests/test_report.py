@@ -249,3 +249,34 @@ def test_the_review_table_shows_each_error_as_review_list_does(captures: Path, t
     assert "pid=212" not in row[0] and "11-26 10:11:12" not in row[0]
     listed = CliRunner().invoke(cli, ["review", "list", str(captures)]).stdout
     assert "6dd0a4e4a02e      1  Qwen/Qwen3-14B                            torch.distributed.DistBackendError" in listed
+
+
+def test_a_large_corpus_gives_a_page_of_bounded_length(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every review entry, unreadable bundle and OOM bar had a row: over a large corpus the
+    page grew with it (an SVG thousands of bars high). The cards still count everything."""
+    from loop_core import report
+
+    monkeypatch.setattr(report, "SHOWN_ROWS", 3)
+    monkeypatch.setattr(report, "SHOWN_DELTAS", 2)
+    captures = tmp_path / "c"
+    predicted = {"weights_gb": 9.0, "kv_gb": 12.0, "overhead_gb": 1.5}  # 23,040 MiB
+    for i in range(5):
+        model = {"model": f"acme/odd-{i}", "model_id": f"acme/odd-{i}"}
+        write_bundle(captures / f"odd-{i}" / "1", make_bundle({
+            "manifest": model, "pt3": {"failure_log_excerpt": f"odd failure {i}\n"}}))
+        (captures / f"broken-{i}" / "1").mkdir(parents=True)
+        (captures / f"broken-{i}" / "1" / "manifest.json").write_text("{")
+    for i, actual in enumerate((23_000, 23_100, 30_000)):  # 30,000 MiB is the furthest from its prediction
+        model = {"model": f"acme/oom-{i}", "model_id": f"acme/oom-{i}"}
+        write_bundle(captures / f"oom-{i}" / "1", make_bundle({
+            "manifest": model, "pt1": {"predicted_b_breakdown": predicted},
+            "pt3": {"failure_log_excerpt": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB\n",
+                    "actual": {"attempted_alloc_mib": 2560, "gpu_worker_reported_mib": actual}}}))
+    assert CliRunner().invoke(cli, ["run", str(captures)]).exit_code == 0
+    page = make_report(captures, tmp_path / "r.html")
+    assert '<div class="card"><b>5</b>awaiting review</div>' in page
+    assert '<div class="card"><b>5</b>unreadable</div>' in page
+    assert page.count("odd failure") == 3 and f"… and 2 more entries: <code>loop-rules review list {captures}" in page
+    assert page.count("manifest.json: invalid JSON") == 3 and "… and 2 more: <code>loop-rules classify" in page
+    assert "the 2 furthest from their prediction, of 3 OOM bundles with a delta" in page
+    assert "acme/oom-2 @ 1" in page and "acme/oom-0 @ 1" not in page  # the bar nearest its prediction is left out
