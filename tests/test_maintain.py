@@ -149,6 +149,25 @@ def test_a_run_takes_out_of_the_queue_what_a_new_rule_now_decides(pack: Path, tm
     assert "removed from the review queue" in learned.output and _queue(captures) == []
 
 
+def test_a_capture_the_tracker_already_counted_still_leaves_the_queue(pack: Path, tmp_path: Path) -> None:
+    """A rule taken out and put back: the capture it files was counted by the first run,
+    queued as unknown by the second, and is counted again (nothing filed) by the third,
+    which must still take it out of the queue, or it waits there for ever."""
+    captures = tmp_path / "captures"
+    write_bundle(captures / "m" / "20260801T000000Z", make_bundle(NOVEL))
+    rule = pack / "05-frobnicator.yml"
+    rule.write_text(NOVEL_RULE)
+    first = json.loads(invoke("run", str(captures), "--rules", str(pack), "--format", "json").output)
+    assert first["filed_new"] == 1 and _queue(captures) == []
+    rule.unlink()
+    second = json.loads(invoke("run", str(captures), "--rules", str(pack), "--format", "json").output)
+    assert second["review_queued"] == 1 and len(_queue(captures)) == 1
+    rule.write_text(NOVEL_RULE)
+    third = json.loads(invoke("run", str(captures), "--rules", str(pack), "--format", "json").output)
+    assert (third["filed_new"], third["already_counted"], third["review_settled"]) == (0, 1, 1)
+    assert _queue(captures) == []
+
+
 def test_a_run_takes_out_an_entry_the_reference_wrote_once_its_capture_is_decided(pack: Path,
                                                                                    tmp_path: Path) -> None:
     """The reference's review entries list no occurrences: decided by a rule, they stayed
