@@ -788,3 +788,89 @@ def test_an_sqlite_file_without_the_trackers_tables_is_named(tmp_path: Path, tab
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 2, args
         assert result.stderr == f"Error: {message}\n"
+
+
+def _edit_body(db: SqliteTracker, issue: int, edit: Any) -> None:
+    """Change the tuple block of a stored issue's body, as a person editing the issue might."""
+    (body,) = db.db.execute("SELECT body FROM issues WHERE id = ?", (issue,)).fetchone()
+    start = body.index("```json") + len("```json")
+    end = body.index("```", start)
+    block = json.loads(body[start:end])
+    db.db.execute("UPDATE issues SET body = ? WHERE id = ?",
+                  (body[:start] + "\n" + edit(block) + "\n" + body[end:], issue))
+
+
+@pytest.mark.parametrize("edit", [
+    pytest.param(lambda b: {**b, "tuple_ordered": b["tuple_ordered"][:-1]}, id="a-value-short"),
+    pytest.param(lambda b: {**b, "tuple_ordered": [*b["tuple_ordered"], "extra"]}, id="a-value-more"),
+    pytest.param(lambda b: {**b, "schema": "another/v9"}, id="another-schema"),
+])
+def test_an_issue_whose_tuple_block_no_longer_verifies_gets_no_plus_one(tmp_path: Path, engine: Engine,
+                                                                        edit: Any) -> None:
+    """A +1 is only counted on an issue whose body holds the key's seven values in a block
+    of this schema: a shorter or longer tuple, or a block of another schema, is some other
+    failure's text, and the next capture opens an issue of its own."""
+    first = drafted(engine, utc_ts="20260801T000000Z")
+    second = drafted(engine, utc_ts="20260802T000000Z")
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        opened = db.file(*first)
+        assert opened.action is FileAction.OPENED
+        _edit_body(db, int(opened.issue), lambda b: json.dumps(edit(b), indent=2, sort_keys=True))
+        again = db.file(*second)
+        assert again.action is FileAction.OPENED and again.issue != opened.issue
+        assert [i["occurrences"] for i in db.issues()] == [1, 1]
+    finally:
+        db.close()
+
+
+def test_the_first_tuple_block_of_this_schema_is_the_one_verified(tmp_path: Path, engine: Engine) -> None:
+    """A block of another schema before the tuple block (quoted from elsewhere, say) is
+    not the issue's tuple: the +1 still lands on the issue."""
+    first = drafted(engine, utc_ts="20260801T000000Z")
+    second = drafted(engine, utc_ts="20260802T000000Z")
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        opened = db.file(*first)
+        (body,) = db.db.execute("SELECT body FROM issues WHERE id = ?", (opened.issue,)).fetchone()
+        quoted = json.dumps({"schema": "another/v9", "tuple_ordered": ["something", "else"]})
+        db.db.execute("UPDATE issues SET body = ? WHERE id = ?",
+                      (f"Quoted:\n\n```json\n{quoted}\n```\n\n{body}", opened.issue))
+        again = db.file(*second)
+        assert again.action is FileAction.PLUS_ONE and again.issue == opened.issue
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("claimed", ["", "not-a-fingerprint", "A" * 64, "a" * 63])
+def test_captures_claiming_the_same_malformed_fingerprint_are_counted_apart(tmp_path: Path, engine: Engine,
+                                                                             claimed: str) -> None:
+    """Only a 64-digit lower-case hex fingerprint names a submission: two captures that
+    carry the same malformed one are two submissions (named by their manifests), not
+    one capture counted once."""
+    first = drafted(engine, utc_ts="20260801T000000Z", submission_fingerprint=claimed)
+    second = drafted(engine, utc_ts="20260802T000000Z", submission_fingerprint=claimed)
+    assert first[1].submission != second[1].submission
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        assert [db.file(*first).action, db.file(*second).action] == [FileAction.OPENED, FileAction.PLUS_ONE]
+        assert [i["occurrences"] for i in db.issues()] == [2]
+    finally:
+        db.close()
+
+
+def test_replay_keeps_each_occurrences_capture_time_and_commit(tmp_path: Path, engine: Engine) -> None:
+    """What `tracker show` lists for a replayed occurrence is what the capture said."""
+    spool = SpoolTracker(tmp_path)
+    draft, occurrence = drafted(engine, utc_ts="20260801T000000Z", club3090_commit="c0ffee1")
+    spool.file(draft, occurrence)
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        (result,) = replay_spool(spool, db)
+        assert result.drained
+        rows = db.db.execute("SELECT submission, utc_ts, commit_sha FROM occurrences").fetchall()
+        assert rows == [(occurrence.submission, "20260801T000000Z", "c0ffee1")]
+        (shown,) = db.issue(draft.dedup_hash)["occurrence_list"]
+        assert shown["utc_ts"] == "20260801T000000Z"
+    finally:
+        db.close()
