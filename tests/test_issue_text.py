@@ -357,6 +357,22 @@ def test_four_byte_emoji_at_the_cuts(engine: Engine, shift: int) -> None:
         assert "\ufffd" not in text
 
 
+@pytest.mark.parametrize("over", [-1, 0, 1, 2])
+def test_a_model_name_at_the_title_limit_is_cut_only_when_it_does_not_fit(engine: Engine, over: int) -> None:
+    """A name one character too long made a title one character over the limit, which a
+    tracker refuses; a name that fits is shown whole."""
+    prefix = len("[loop][genuine-oom] ")
+    suffix = len(" (dedup 0123456789ab)")
+    room = TITLE_LIMIT - prefix - suffix
+    model = "acme/" + "m" * (room + over - 5)
+    _bundle, _verdict, draft, _evidence = render(engine, model=model)
+    assert len(draft.title) <= TITLE_LIMIT
+    if over <= 0:
+        assert f"] {model} (dedup " in draft.title
+    else:
+        assert len(draft.title) == TITLE_LIMIT and f"] {model[:room - 1]}\u2026 (dedup " in draft.title
+
+
 SECRETS = {
     "hf": "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567",
     "ghp": "ghp_0123456789abcdefghijABCDEFGHIJ012345",
