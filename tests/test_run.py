@@ -225,6 +225,16 @@ def test_dry_run_drafts_nothing_and_counts_what_a_run_files(captures: Path, engi
     assert wet["suppressed"] == dry["suppressed"] and wet["by_class"] == dry["by_class"]
 
 
+def test_a_run_without_a_tracker_counts_what_it_would_file(captures: Path, engine: Engine) -> None:
+    """Called with no tracker, a run drafts and queues as usual and counts the fileable
+    failures it had nowhere to file."""
+    data = run_captures(captures, engine, None).to_dict()
+    assert data["would_file"] == FILEABLE and data["tracker"] == ""
+    assert data["filed_new"] == data["plus_one"] == data["already_counted"] == 0
+    assert data["review_queued"] == UNKNOWN and data["suppressed"] == EXPECTED["suppressed"]
+    assert not (captures / "_loop").exists()
+
+
 def test_a_replay_drafts_only_the_captures_the_tracker_has_not_counted(captures: Path, engine: Engine,
                                                                          drafted: list[str], tmp_path: Path) -> None:
     # The first run sees the first half of the captures, in a folder of its own.
