@@ -305,3 +305,34 @@ def test_classifying_one_bundle_again_and_again_holds_no_more_memory(pack: str) 
     finally:
         tracemalloc.stop()
     assert grown < len(log), f"{grown} bytes more after 30 classifications of a {len(log)}-character log"
+
+
+@pytest.mark.parametrize("written", ["Genuine-OOM", "GENUINE-OOM", " genuine-oom"])
+def test_a_class_written_in_another_case_from_a_plugin_becomes_unknown(pm: pluggy.PluginManager,
+                                                                       written: str) -> None:
+    """The six classes are matched exactly: a near miss is not filed under a class it
+    only resembles."""
+    plugin = _Plugin([Matcher("near-miss", Tier.TIER2, 1, _always(written, "near"))])
+    pm.register(plugin)
+    try:
+        verdict = Engine.build("reference", pm).classify(make_bundle("anything"))
+    finally:
+        pm.unregister(plugin)
+    assert verdict.failure_class is FailureClass.UNKNOWN and verdict.should_file is False
+
+
+def test_explain_gives_the_verdict_classify_gives_when_later_matchers_also_match(pm: pluggy.PluginManager) -> None:
+    """`explain` runs every matcher, but the first that matches still decides."""
+    first = Matcher("aa-first", Tier.TIER2, 1, _always("kernel-unsupported", "first"))
+    later = Matcher("bb-later", Tier.TIER2, 2, _always("quant-unsupported", "later"))
+    plugin = _Plugin([later, first])
+    pm.register(plugin)
+    try:
+        engine = Engine.build("reference", pm)
+        bundle = make_bundle("RuntimeError: something no rule knows")
+        verdict, traces = engine.explain(bundle)
+        assert verdict == engine.classify(bundle)
+        assert (verdict.failure_class, verdict.matched_rule) == (FailureClass.KERNEL_UNSUPPORTED, "first")
+        assert {"aa-first", "bb-later"} <= {t.matcher for t in traces if t.decided}
+    finally:
+        pm.unregister(plugin)
