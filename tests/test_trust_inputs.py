@@ -151,3 +151,32 @@ def test_only_a_prior_that_saw_the_configuration_work_counts_toward_consensus(tm
     assert row["stage"] == stage
     run = CliRunner().invoke(cli, ["run", str(tmp_path), "--dry-run", "--format", "json"])
     assert json.loads(run.stdout)["anchors"][stage] >= 1
+
+
+def _anchor(**manifest: object):  # type: ignore[no-untyped-def]
+    from loop_core.testing import make_bundle
+
+    return make_bundle({"manifest": manifest, "pt4": {"results": {"chat": "green"}}})
+
+
+def test_a_prior_whose_fingerprint_does_not_verify_gives_no_consensus() -> None:
+    """Consensus counts submissions: a copy of the anchor with an edited fingerprint is
+    not a second submission, and the anchor stays a candidate."""
+    from loop_core.trust import ConsensusIndex, Stage, evaluate_trust
+
+    anchor = _anchor(utc_ts="20260801T000000Z")
+    forged = _anchor(utc_ts="20260802T000000Z", submission_fingerprint="f" * 64)
+    genuine = _anchor(utc_ts="20260803T000000Z")
+    alone = evaluate_trust(anchor, priors=ConsensusIndex.of([anchor, forged]))
+    assert (alone.stage, alone.reason, alone.consensus_count) == (Stage.CANDIDATE, "insufficient-consensus", 1)
+    agreed = evaluate_trust(anchor, priors=ConsensusIndex.of([anchor, forged, genuine]))
+    assert (agreed.stage, agreed.consensus_count) == (Stage.VALIDATED, 2)
+
+
+@pytest.mark.parametrize("topology", ["1x24GiB", "1x24576", "1x24576MB"])
+def test_a_topology_not_counted_in_mib_is_implausible(topology: str) -> None:
+    from loop_core.trust import ConsensusIndex, Stage, evaluate_trust
+
+    anchor, twin = (_anchor(utc_ts=ts, topology_class=topology) for ts in ("20260801T000000Z", "20260802T000000Z"))
+    result = evaluate_trust(anchor, priors=ConsensusIndex.of([anchor, twin]))
+    assert (result.stage, result.reason) == (Stage.CANDIDATE, "topology-implausible")
