@@ -100,6 +100,34 @@ def test_non_ascii_text_is_never_ruled_out_by_words() -> None:
     assert not TextIndex(text).exact
 
 
+@pytest.mark.parametrize("inexact", ["İ" * 10, "ſ"], ids=["lower-grows", "folds-to-s"])
+@pytest.mark.parametrize("rule, text", [
+    ("r0000", "RuntimeError: widget w0000_widget failed"),  # anchored on a word
+    ("r0001", "loader 1.2 w0001_widget"),  # an affix key
+    ("r0003", "errno w0003_widget (code 7)"),  # a contains list
+    ("checked", "boot failed: zz_checked_tag"),  # no word nor affix to index: checked when reached
+    ("folded", "boot failed: ZZ_TAG_\u017f"),  # (?i)s takes a long s, which lower() keeps: no literal "s" here
+])
+def test_a_text_without_an_exact_index_rules_no_rule_out(tmp_path: Path, inexact: str, rule: str,
+                                                         text: str) -> None:
+    """Words and literals of a text whose lower-casing moves its positions cannot be
+    trusted: every rule that may match it is walked, indexed or checked, whatever the
+    lookups say, and decides as a plain walk does."""
+    pack = _synthetic_pack(tmp_path / "many", 8)
+    (pack / "20-checked.yml").write_text(
+        "- id: checked\n  class: unknown\n  description: d\n"
+        "  when: {select: $.signal.all_text, contains: zz_checked_tag}\n"
+        "  examples: {match: [zz_checked_tag], no_match: [zz_checked]}\n"
+        "- id: folded\n  class: unknown\n  description: d\n"
+        "  when: {select: $.signal.all_text, regex: '(?i)zz_tag_s'}\n"
+        "  examples: {match: [zz_tag_s], no_match: [zz_tag]}\n", encoding="utf-8")
+    engine = Engine.build(pack, make_plugin_manager(entry_points=False))
+    view = View(make_bundle(f"{inexact} start\n{text}\n"))
+    assert not view.index(view.signal("all_text")).exact
+    assert _plain_walk(engine, view) == rule
+    assert _indexed_walk(engine, View(make_bundle(f"{inexact} start\n{text}\n"))) == rule
+
+
 @pytest.mark.parametrize("literal, anchor, affix", [
     ("cuda out of memory", "out", None),
     (" triton_0042", None, "^triton_0"),
