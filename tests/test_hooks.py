@@ -247,6 +247,24 @@ def test_hook_loop_register_matchers_tier2_cannot_route_kv_calc(
     assert (verdict.route_as_kv_calc_bug, verdict.delta_mib) == (False, None)
 
 
+def test_hook_loop_register_matchers_tier1_routes_kv_calc_only_for_an_oom(
+        pm: pluggy.PluginManager, register_plugin: Register) -> None:
+    """§3.7: a kv-calc bug is an OOM that memory accounting mispredicted. A Tier-1
+    matcher that asks to route a kernel failure gets it filed as one, not routed."""
+    register_plugin(MatcherPlugin(
+        Matcher("acme-t1", Tier.TIER1, 10,
+                _decide_on("nvlink", "kernel-unsupported", "acme-t1", route_as_kv_calc_bug=True)),
+        Matcher("acme-t1-oom", Tier.TIER1, 20,
+                _decide_on("hbm", "genuine-oom", "acme-t1-oom", route_as_kv_calc_bug=True)),
+    ), "acme-matchers")
+    engine = Engine.build("reference", pm)
+    kernel = engine.classify(make_bundle("nvlink down"))
+    assert (kernel.failure_class, kernel.tier, kernel.should_file) == (
+        FailureClass.KERNEL_UNSUPPORTED, Tier.TIER1, True)
+    assert kernel.route_as_kv_calc_bug is False
+    assert engine.classify(make_bundle("hbm exhausted")).route_as_kv_calc_bug is True
+
+
 def test_hook_loop_register_matchers_duplicate_names_both_plugins(
         pm: pluggy.PluginManager, register_plugin: Register) -> None:
     clash = Matcher("tier2-rules", Tier.TIER2, 10, lambda ctx: None)
