@@ -144,7 +144,9 @@ def _one_line(error: pluggy.PluginValidationError) -> str:
 
 def _check_hook_names(pm: pluggy.PluginManager) -> None:
     """Every ``loop_*`` function a plugin marked with ``hookimpl`` is a hook of the
-    contract (pluggy's ``check_pending``, naming the plugin by its name)."""
+    contract (pluggy's ``check_pending``, naming the plugin by its name), and every
+    function named as a hook is marked: pluggy passes over an unmarked one (the
+    decorator forgotten, or a marker of another project) without a word."""
     for hook_name, caller in vars(pm.hook).items():
         if hook_name.startswith("_") or caller.has_spec():
             continue
@@ -152,6 +154,19 @@ def _check_hook_names(pm: pluggy.PluginManager) -> None:
             if not impl.optionalhook:
                 raise PluginError(f"plugin {impl.plugin_name!r}: implements {hook_name!r}, which is not a hook "
                                   "of loop-rules (a misspelt loop_* function?)")
+    specs = [name for name, caller in vars(pm.hook).items() if not name.startswith("_") and caller.has_spec()]
+    for name, plugin in pm.list_name_plugin():
+        if plugin is None:
+            continue
+        implemented = {caller.name for caller in pm.get_hookcallers(plugin) or ()}
+        for hook_name in specs:
+            try:
+                unmarked = hook_name not in implemented and callable(getattr(plugin, hook_name, None))
+            except PLUGIN_FAILURES:  # an attribute that raises when read: pluggy read past it too
+                continue
+            if unmarked:
+                raise PluginError(f"plugin {name!r}: {hook_name} is not marked with @loop_core.hookimpl, so it "
+                                  "is never called (pluggy passes over a function without the project's mark)")
 
 
 def may_declare_entry_points(group: str) -> bool:

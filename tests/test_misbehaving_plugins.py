@@ -455,6 +455,20 @@ def test_a_misspelt_hook_names_the_plugin_not_its_module() -> None:
                               "(a misspelt loop_* function?)")
 
 
+@pytest.mark.parametrize("mark", [None, pluggy.HookimplMarker("loop_rules")], ids=["no-mark", "another-project"])
+def test_a_hook_function_without_the_hookimpl_mark_is_named(mark: Any) -> None:
+    def loop_register_matchers(register: Any) -> None:
+        register(Matcher("acme-unmarked", Tier.TIER2, 150, lambda ctx: None))
+
+    acme = types.ModuleType("acme_unmarked")
+    acme.loop_register_matchers = loop_register_matchers if mark is None else mark(loop_register_matchers)  # type: ignore[attr-defined]
+    with pytest.raises(PluginError) as err:
+        make_plugin_manager(entry_points=False, plugins=[acme])
+    assert str(err.value) == ("plugin 'acme_unmarked': loop_register_matchers is not marked with "
+                              "@loop_core.hookimpl, so it is never called (pluggy passes over a function "
+                              "without the project's mark)")
+
+
 TITLED_DRAFTER = """
     import dataclasses
 
