@@ -984,7 +984,7 @@ def _tracker_spec(name: str, pm: Any = None, repo: str | None = None) -> tuple[A
     from .trackers import TrackerSpec
 
     specs: dict[str, tuple[Any, str]] = collect(pm or make_plugin_manager(), "loop_register_trackers",
-                                                lambda t: t.name, "tracker", TrackerSpec)
+                                                lambda t: t.name, "tracker", TrackerSpec, ("factory",))
     if name not in specs:
         raise LoopClickError(f"--tracker {name!r}: unknown tracker (trackers: {', '.join(sorted(specs))})")
     spec = specs[name][0]
@@ -1469,7 +1469,7 @@ def plugins() -> None:
                                                 ConditionKind)
     condition_kinds(pm)
     trackers: dict[str, tuple[Any, str]] = collect(pm, "loop_register_trackers", lambda t: t.name, "tracker",
-                                                   TrackerSpec)
+                                                   TrackerSpec, ("factory",))
     report = {
         "plugins": plugin_report(pm),
         "matchers": [{"name": name, "tier": m.tier.value, "order": m.order, "plugin": plugin}

@@ -190,7 +190,7 @@ def _traces_problem(traces: Any, depth: int) -> str | None:
 
 def condition_kinds(pm: pluggy.PluginManager) -> dict[str, ConditionKind]:
     found: dict[str, tuple[ConditionKind, str]] = collect(
-        pm, "loop_register_conditions", lambda k: k.name, "condition kind", ConditionKind)
+        pm, "loop_register_conditions", lambda k: k.name, "condition kind", ConditionKind, ("evaluate", "compile"))
     for name, (_kind, plugin) in found.items():
         if name in RESERVED_KINDS:
             raise PluginError(f"plugin {plugin!r}: condition kind name {name!r} is reserved")
@@ -203,10 +203,8 @@ def registered_matchers(pm: pluggy.PluginManager) -> dict[str, tuple[Matcher, st
     :raises PluginError: a plugin registered something that is not a valid Matcher.
     """
     found: dict[str, tuple[Matcher, str]] = collect(pm, "loop_register_matchers", lambda m: m.name, "matcher",
-                                                      Matcher)
+                                                      Matcher, ("match",))
     for mname, (matcher, plugin) in found.items():
-        if not isinstance(matcher, Matcher) or not callable(matcher.match):
-            raise PluginError(f"plugin {plugin!r}: matcher {mname!r} is not a Matcher")
         if not isinstance(matcher.tier, Tier) or matcher.tier is Tier.NONE:
             raise PluginError(f"plugin {plugin!r}: matcher {mname!r}: tier must be Tier.TIER1 or Tier.TIER2, "
                               f"got {matcher.tier!r}")

@@ -212,6 +212,7 @@ def collect(
     key: Callable[[T], str],
     what: str,
     kind: type[T] | None = None,
+    callables: Sequence[str] = (),
 ) -> dict[str, tuple[T, str]]:
     """Call a ``register`` hook on every plugin; return name -> (item, plugin name).
 
@@ -219,7 +220,8 @@ def collect(
     plugins, and is called through the plugin manager (a subset caller of
     that plugin alone), so ``LOOP_RULES_TRACE_HOOKS`` traces it like any hook,
     the callback naming the plugin. With ``kind``, an item of another type is
-    refused before ``key`` reads it.
+    refused before ``key`` reads it; each field named in ``callables`` must be
+    callable (a function, not its name or its result).
     """
     found: dict[str, tuple[T, str]] = {}
 
@@ -236,6 +238,11 @@ def collect(
         name = key(item)
         if not isinstance(name, str):  # names are sorted, shown and looked up as text
             raise PluginError(f"plugin {plugin!r}: {what} name must be text, got {name!r}")
+        for attr in callables:
+            value = getattr(item, attr)
+            if not callable(value):
+                raise PluginError(f"plugin {plugin!r}: {what} {name!r}: {attr} must be callable, got "
+                                  f"{type(value).__name__}")
         if name in found:
             raise PluginError(f"{what} {name!r} registered twice: by plugin {found[name][1]!r} "
                               f"and by plugin {plugin!r}")

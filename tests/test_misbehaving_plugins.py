@@ -16,11 +16,13 @@ import pluggy
 import pytest
 
 from loop_core import (
+    ConditionKind,
     Engine,
     Match,
     Matcher,
     PluginError,
     Tier,
+    TrackerSpec,
     hookimpl,
     make_plugin_manager,
 )
@@ -783,6 +785,27 @@ def test_registering_something_else_says_what_register_takes(
     args = ("run", captures, "--dry-run") if hook == "loop_register_trackers" else ("plugins",)
     result = _cli(*args)
     assert (result.exit_code, result.stderr) == (2, f"Error: plugin 'acme-unwrapped': {problem}\n")
+
+
+@pytest.mark.parametrize("hook, item, problem", [
+    ("loop_register_matchers", Matcher("acme-bus", Tier.TIER2, 150, "acme.match"),  # type: ignore[arg-type]
+     "matcher 'acme-bus': match must be callable, got str"),
+    ("loop_register_conditions", ConditionKind("acme_kind", "acme.evaluate"),  # type: ignore[arg-type]
+     "condition kind 'acme_kind': evaluate must be callable, got str"),
+    ("loop_register_conditions", ConditionKind("acme_kind", lambda view, arg: True, 3),  # type: ignore[arg-type]
+     "condition kind 'acme_kind': compile must be callable, got int"),
+    ("loop_register_trackers", TrackerSpec("jsonfile", "acme:factory"),  # type: ignore[arg-type]
+     "tracker 'jsonfile': factory must be callable, got str"),
+])
+def test_a_function_field_that_is_not_callable_is_named_when_registered(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path,
+        hook: str, item: Any, problem: str) -> None:
+    """A matcher's was "matcher 'acme-bus' is not a Matcher"; a condition kind's failed
+    every rule using it, and a tracker's factory was an internal error."""
+    register_plugin(Unwrapped(hook, item), "acme-uncallable")
+    for args in (("plugins",), ("run", captures, "--tracker", "jsonfile") if "tracker" in problem else ("check",)):
+        result = _cli(*args)
+        assert (result.exit_code, result.stderr) == (2, f"Error: plugin 'acme-uncallable': {problem}\n"), args
 
 
 @pytest.mark.parametrize("inputs, kept", [
