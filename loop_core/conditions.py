@@ -307,8 +307,8 @@ class Not(Condition):
 
 
 class KindAnswerError(Exception):
-    """A condition kind's ``evaluate`` answered something other than a bool: the rule
-    evaluating it does not match, with a warning naming the rule and the kind."""
+    """A condition kind's ``evaluate`` answered something other than a bool, or raised:
+    the rule evaluating it does not match, with a warning naming the rule and the kind."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,7 +320,10 @@ class Kind(Condition):
     source_argument: Any
 
     def evaluate(self, view: View) -> bool:
-        answer = self.kind.evaluate(view, self.argument)
+        try:
+            answer = self.kind.evaluate(view, self.argument)
+        except PLUGIN_FAILURES as e:  # which of the rule's kinds failed, not only that the rule did
+            raise KindAnswerError(f"condition kind {self.kind.name!r} raised {failure_text(e)}") from e
         if answer is True or answer is False:  # identity: as cheap as the bool() it replaces
             return answer
         # Taken for its truth, the text "false" (or None, or 0) decided the rule silently.

@@ -643,8 +643,8 @@ def test_a_condition_kind_that_calls_sys_exit_fails_its_rule_only(
     register_plugin(QuittingKind("evaluate"), "acme-kind")
     verdict = Engine.build(_pack_using_acme_quit(tmp_path), pm).classify(make_bundle("out of memory"))
     assert verdict.matched_rule == "oom"  # the rules after it are still evaluated
-    assert verdict.warnings == (("rule 'quits' raised SystemExit while evaluated: sys.exit(0) was called; "
-                                 "counted as no match"),)
+    assert verdict.warnings == (("rule 'quits': condition kind 'acme_quit' raised SystemExit: sys.exit(0) was "
+                                 "called; counted as no match"),)
 
 
 def test_a_condition_kind_whose_compile_calls_sys_exit_is_named_at_the_rule(
@@ -879,7 +879,7 @@ def test_explain_says_a_condition_kind_s_warning_once(cli_uses_pm: pluggy.Plugin
     pack.mkdir()
     (pack / "10.yml").write_text("- id: r\n  class: unknown\n  description: d\n  when: {acme_kind: 1}\n"
                                  "  examples: {match: [x]}\n")
-    warning = "rule 'r' raised KeyError while evaluated: 'kaboom'; counted as no match"
+    warning = "rule 'r': condition kind 'acme_kind' raised KeyError: 'kaboom'; counted as no match"
     engine = Engine.build(pack, cli_uses_pm)
     bundle = make_bundle("boom")
     assert engine.explain(bundle)[0] == engine.classify(bundle)
@@ -889,6 +889,28 @@ def test_explain_says_a_condition_kind_s_warning_once(cli_uses_pm: pluggy.Plugin
     assert text.exit_code == 0 and text.stdout.count(f"warning: {warning}") == 1
     data = json.loads(_cli("explain", "--rules", pack, "--format", "json", target).stdout)
     assert data["verdict"]["warnings"] == [warning]
+
+
+class TwoKinds:
+    @hookimpl
+    def loop_register_conditions(self, register: Callable[[Any], None]) -> None:
+        from loop_core import ConditionKind
+
+        register(ConditionKind("acme_fine", lambda view, arg: True))
+        register(ConditionKind("acme_broken", lambda view, arg: arg["n"]))
+
+
+def test_a_condition_kind_that_raises_is_named_among_the_rule_s_kinds(
+        pm: pluggy.PluginManager, register_plugin: Callable[..., Any], tmp_path: Path) -> None:
+    """It was "rule 'r' raised TypeError while evaluated": which of its kinds, the author had to guess."""
+    register_plugin(TwoKinds(), "acme-kinds")
+    pack = tmp_path / "p"
+    pack.mkdir()
+    (pack / "10.yml").write_text("- id: r\n  class: unknown\n  description: d\n"
+                                 "  when: [{acme_fine: 1}, {acme_broken: 2}]\n  examples: {match: [x]}\n")
+    verdict = Engine.build(pack, pm).classify(make_bundle("boom"))
+    assert verdict.warnings == ("rule 'r': condition kind 'acme_broken' raised TypeError: 'int' object is not "
+                                "subscriptable; counted as no match",)
 
 
 def _looped() -> list[Any]:
