@@ -53,11 +53,19 @@ def _shown(value: Any, keep: str = "") -> str:
     return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
+def _prints_to_stderr(data: bool = True) -> contextlib.AbstractContextManager[Any]:
+    """While plugins run for a command whose stdout carries data (JSON, Markdown), what
+    they print (a debugging print, a notice at import) goes to stderr: stdout holds the
+    data only. The data itself is written after, or to a stdout saved before."""
+    return contextlib.redirect_stdout(sys.stderr) if data else contextlib.nullcontext()
+
+
 def _engine(rules: str, option: str = "--rules") -> Any:
     from .engine import Engine, UnknownPack
 
     try:
-        engine = Engine.build(rules)
+        with _prints_to_stderr():  # plugins are imported and their registration hooks run here
+            engine = Engine.build(rules)
         _warn_if_shadowing(rules, option, engine)
         return engine
     except UnknownPack as e:
@@ -454,7 +462,8 @@ def explain(bundle: Path, rules: str, fmt: str) -> None:
 
     engine = _engine(rules)
     b = _read_one_bundle(bundle)
-    verdict, traces = engine.explain(b)
+    with _prints_to_stderr(fmt == "json"):
+        verdict, traces = engine.explain(b)
     key = dedup_key(b, verdict.failure_class.value)
     if fmt == "json":
         from .jsontext import strict_dumps
@@ -573,8 +582,9 @@ def test(rules: str, verbose: bool, examples_only: bool, fmt: str) -> None:
     from .selftest import run_examples, run_seed_corpus
 
     engine = _engine(rules)
-    seeds = [] if examples_only else run_seed_corpus(engine)
-    cases = seeds + run_examples(engine)
+    with _prints_to_stderr(fmt == "json"):
+        seeds = [] if examples_only else run_seed_corpus(engine)
+        cases = seeds + run_examples(engine)
     failed = [c for c in cases if not c.ok]
     if fmt == "json":
         click.echo(json.dumps({
@@ -635,8 +645,9 @@ def trust(paths: tuple[Path, ...], catalog: Path | None, promote: bool, priors: 
     """
     from .batch import trust_rows
 
-    rows = trust_rows(paths, catalog=catalog, promote=promote, priors=priors, consensus_n=consensus_n,
-                      warn=lambda message: click.echo(f"loop-rules: warning: {_shown(message)}", err=True))
+    with _prints_to_stderr(fmt != "table"):  # the plugins are loaded here; the rows are made in _emit_rows
+        rows = trust_rows(paths, catalog=catalog, promote=promote, priors=priors, consensus_n=consensus_n,
+                          warn=lambda message: click.echo(f"loop-rules: warning: {_shown(message)}", err=True))
     bad = _emit_rows(rows, fmt, _trust_table)
     if bad:
         sys.exit(1)
@@ -699,9 +710,10 @@ def eval_(corpus: Path, rules: str, split: str, compare_with: str | None, fmt: s
         held = Counter(case.split for case in every)
         raise LoopClickError(f"{_shown(corpus)}: no cases in split {split!r} (it holds "
                              + ", ".join(f"{held[name]} in {name}" for name in sorted(held)) + ")")
-    reports = [evaluate(_engine(rules), cases, split)]
-    if compare_with:
-        reports.append(evaluate(_engine(compare_with, "--compare"), cases, split))
+    with _prints_to_stderr(fmt == "json"):
+        reports = [evaluate(_engine(rules), cases, split)]
+        if compare_with:
+            reports.append(evaluate(_engine(compare_with, "--compare"), cases, split))
     # Named as the user named them, as diff does: a working copy of rules.d is called
     # `default` by its pack.yml, as the pack it is compared with.
     for r, given in zip(reports, (rules, compare_with)):
@@ -885,7 +897,8 @@ def diff(corpus: tuple[Path, ...], new_rules: str, old_rules: str, fmt: str, fai
     """
     from .maintain import diff_packs
 
-    report = diff_packs(corpus, _engine(old_rules, "--against"), _engine(new_rules))
+    with _prints_to_stderr(fmt != "table"):
+        report = diff_packs(corpus, _engine(old_rules, "--against"), _engine(new_rules))
     report.old_pack, report.new_pack = old_rules, new_rules  # as the user named them
     if fmt == "json":
         click.echo(_strict_json(report.to_dict()))
@@ -1463,13 +1476,14 @@ def plugins() -> None:
     from .plugins import collect, make_plugin_manager, plugin_report
     from .trackers import TrackerSpec
 
-    pm = make_plugin_manager()
-    matchers = registered_matchers(pm)  # checked as a run checks them: a bad order cannot be sorted
-    kinds: dict[str, tuple[Any, str]] = collect(pm, "loop_register_conditions", lambda k: k.name, "condition kind",
-                                                ConditionKind)
-    condition_kinds(pm)
-    trackers: dict[str, tuple[Any, str]] = collect(pm, "loop_register_trackers", lambda t: t.name, "tracker",
-                                                   TrackerSpec, ("factory",))
+    with _prints_to_stderr():
+        pm = make_plugin_manager()
+        matchers = registered_matchers(pm)  # checked as a run checks them: a bad order cannot be sorted
+        kinds: dict[str, tuple[Any, str]] = collect(pm, "loop_register_conditions", lambda k: k.name,
+                                                    "condition kind", ConditionKind)
+        condition_kinds(pm)
+        trackers: dict[str, tuple[Any, str]] = collect(pm, "loop_register_trackers", lambda t: t.name, "tracker",
+                                                       TrackerSpec, ("factory",))
     report = {
         "plugins": plugin_report(pm),
         "matchers": [{"name": name, "tier": m.tier.value, "order": m.order, "plugin": plugin}

@@ -471,6 +471,47 @@ def test_a_hook_function_without_the_hookimpl_mark_is_named(mark: Any) -> None:
                               "without the project's mark)")
 
 
+CHATTY = """
+    from loop_core import Matcher, Tier, hookimpl
+
+    print("chatty: imported")
+
+
+    def _match(ctx):
+        print("chatty: matching")
+        return None
+
+
+    @hookimpl
+    def loop_register_matchers(register):
+        print("chatty: registering")
+        register(Matcher("acme-chatty", Tier.TIER2, 150, _match))
+"""
+
+
+@pytest.mark.parametrize("args", [
+    ("classify", "--format", "json", "{bundle}"),
+    ("explain", "--format", "json", "{bundle}"),
+    ("test", "--format", "json", "--examples-only"),
+    ("diff", "--rules", "reference", "--format", "json", "{captures}"),
+    ("eval", "--corpus", "{corpus}", "--format", "json"),
+    ("trust", "--format", "json", "{bundle}"),
+    ("run", "--dry-run", "--format", "json", "{captures}"),
+    ("plugins",),
+], ids=lambda args: args[0])
+def test_what_a_plugin_prints_never_reaches_json_on_stdout(install: Callable[..., None], captures: Path,
+                                                           args: tuple[str, ...]) -> None:
+    """A print at import, in a registration hook or in a matcher came out on stdout ahead of
+    the JSON of every command but classify's rows and run's summary."""
+    install("acme-chatty", {"chatty": "acme_chatty"}, {"acme_chatty": CHATTY})
+    bundle = captures / "qwen-qwen3-14b" / "20261126T101112Z"
+    corpus = Path(__file__).parent / "corpus" / "holdout"
+    result = _cli(*(a.format(bundle=bundle, captures=captures, corpus=corpus) for a in args))
+    assert result.exit_code == 0, result.stderr
+    json.loads(result.stdout)
+    assert "chatty: imported" in result.stderr  # shown all the same, where a pipe does not read it
+
+
 TITLED_DRAFTER = """
     import dataclasses
 
