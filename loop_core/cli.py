@@ -1019,6 +1019,15 @@ def _tracker(name: str, captures: Path, repo: str | None, pm: Any = None) -> Any
         raise LoopClickError(f"--tracker {name!r}: plugin {plugin!r}: its factory raised {failure_text(e)}") from e
     except OSError as e:  # the system refused what the store needs: status 74 still, but say whose store
         raise OSError(e.errno, f"--tracker {name!r} (plugin {plugin!r}): {e.strerror or e}", e.filename) from e
+    except LoopError:
+        raise  # a TrackerError: a problem the user must fix, said by the plugin
+    except Exception as e:
+        from .plugins import BUILTIN_PLUGINS
+
+        if plugin in BUILTIN_PLUGINS:
+            raise  # a bug of loop-rules itself: an internal error with its traceback
+        # A third-party factory's bug (a wrong signature, say) is the plugin's to fix, not an internal error.
+        raise LoopClickError(f"--tracker {name!r}: plugin {plugin!r}: its factory raised {failure_text(e)}") from e
     if not callable(getattr(made, "file", None)):
         # A run without a tracker is a dry run: a factory's None must not turn into one.
         raise LoopClickError(f"--tracker {name!r}: plugin {plugin!r} made {type(made).__name__}, "

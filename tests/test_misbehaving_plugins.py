@@ -1056,6 +1056,24 @@ class UnopenableStore(RecorderStore):
         raise self.error
 
 
+class BrokenFactoryStore(RecorderStore):
+    def factory(self) -> Any:  # type: ignore[override]  # the options argument forgotten
+        raise AssertionError("never called with no argument")
+
+
+@pytest.mark.parametrize("command", ["run", "spool replay"])
+def test_a_tracker_factory_that_raises_names_the_tracker_and_plugin(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path,
+        command: str) -> None:
+    """It was "loop-rules: internal error: TypeError: ...factory() takes 1 positional argument
+    but 2 were given", exit status 70, as if loop-rules had the bug."""
+    register_plugin(BrokenFactoryStore("broken"), "acme-broken")
+    result = _cli(*command.split(), captures, "--tracker", "broken")
+    assert result.exit_code == 2
+    assert result.stderr == ("Error: --tracker 'broken': plugin 'acme-broken': its factory raised TypeError: "
+                             "BrokenFactoryStore.factory() takes 1 positional argument but 2 were given\n")
+
+
 @pytest.mark.parametrize("error, line", [
     (OSError("cannot open store"), "cannot open store"),
     (PermissionError(13, "Permission denied", "/srv/vault/db"), "Permission denied: /srv/vault/db"),
