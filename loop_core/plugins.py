@@ -252,11 +252,14 @@ def collect(
     for impl in impls:
         others = [other.plugin for other in impls if other is not impl]
         try:
-            pm.subset_hook_caller(hook_name, remove_plugins=others)(register=_Register(impl.plugin_name, add))
+            answers = pm.subset_hook_caller(hook_name, remove_plugins=others)(register=_Register(impl.plugin_name, add))
         except PluginError:
             raise
         except PLUGIN_FAILURES as e:
             raise PluginError(f"plugin {impl.plugin_name!r}: {hook_name} failed: {e!r}") from e
+        if answers:  # pluggy leaves out None: what it meant to register, returned instead
+            raise PluginError(f"plugin {impl.plugin_name!r}: {hook_name} returned {type(answers[0]).__name__}; "
+                              f"it must call register() once for each {what} and return None")
     return found
 
 

@@ -828,6 +828,28 @@ def test_registering_something_else_says_what_register_takes(
     assert (result.exit_code, result.stderr) == (2, f"Error: plugin 'acme-unwrapped': {problem}\n")
 
 
+class Returning:
+    """Returns what it means to register, as hooks of other pluggy projects do."""
+
+    def __init__(self, hook: str, items: list[Any]) -> None:
+        setattr(self, hook, hookimpl(specname=hook)(lambda register: items))
+
+
+@pytest.mark.parametrize("hook, items, what", [
+    ("loop_register_matchers", [Matcher("acme-bus", Tier.TIER2, 150, lambda ctx: None)], "matcher"),
+    ("loop_register_rule_packs", [("acme", "rules")], "rule pack"),
+])
+def test_a_registration_hook_that_returns_its_items_is_a_plugin_error(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any],
+        hook: str, items: list[Any], what: str) -> None:
+    """Its items were ignored without a word: the matcher missing from the chain, the pack unknown."""
+    register_plugin(Returning(hook, items), "acme-returning")
+    result = _cli("plugins")
+    assert (result.exit_code, result.stderr) == (2, (
+        f"Error: plugin 'acme-returning': {hook} returned list; it must call register() once for each "
+        f"{what} and return None\n"))
+
+
 @pytest.mark.parametrize("hook, item, problem", [
     ("loop_register_matchers", Matcher("acme-bus", Tier.TIER2, 150, "acme.match"),  # type: ignore[arg-type]
      "matcher 'acme-bus': match must be callable, got str"),
