@@ -147,14 +147,18 @@ def _check_hook_names(pm: pluggy.PluginManager) -> None:
     contract (pluggy's ``check_pending``, naming the plugin by its name), and every
     function named as a hook is marked: pluggy passes over an unmarked one (the
     decorator forgotten, or a marker of another project) without a word."""
+    specs = [name for name, caller in vars(pm.hook).items() if not name.startswith("_") and caller.has_spec()]
     for hook_name, caller in vars(pm.hook).items():
         if hook_name.startswith("_") or caller.has_spec():
             continue
         for impl in caller.get_hookimpls():
             if not impl.optionalhook:
+                import difflib
+
+                meant = difflib.get_close_matches(hook_name, specs, n=1)
+                hint = f"did you mean {meant[0]!r}?" if meant else "a misspelt loop_* function?"
                 raise PluginError(f"plugin {impl.plugin_name!r}: implements {hook_name!r}, which is not a hook "
-                                  "of loop-rules (a misspelt loop_* function?)")
-    specs = [name for name, caller in vars(pm.hook).items() if not name.startswith("_") and caller.has_spec()]
+                                  f"of loop-rules ({hint})")
     for name, plugin in pm.list_name_plugin():
         if plugin is None:
             continue

@@ -454,6 +454,19 @@ def test_a_misspelt_hook_names_the_plugin_not_its_module() -> None:
     with pytest.raises(PluginError) as err:
         make_plugin_manager(entry_points=False, plugins=[acme])
     assert str(err.value) == ("plugin 'acme_typo': implements 'loop_draft_isue', which is not a hook of loop-rules "
+                              "(did you mean 'loop_draft_issue'?)")
+
+
+def test_a_hook_name_like_none_of_the_hooks_is_called_misspelt() -> None:
+    @hookimpl
+    def loop_frobnicate(register: Any) -> None:
+        return None
+
+    acme = types.ModuleType("acme_odd")
+    acme.loop_frobnicate = loop_frobnicate  # type: ignore[attr-defined]
+    with pytest.raises(PluginError) as err:
+        make_plugin_manager(entry_points=False, plugins=[acme])
+    assert str(err.value) == ("plugin 'acme_odd': implements 'loop_frobnicate', which is not a hook of loop-rules "
                               "(a misspelt loop_* function?)")
 
 
