@@ -391,6 +391,19 @@ SIGNALS: dict[str, tuple[Callable[[Bundle], Any], str]] = {
 _MISSING = object()
 
 
+class UnknownSignal(KeyError):
+    """``view.signal(name)`` for a name that is no signal: still a KeyError, but one whose
+    text says so, with the signal meant when the name is a slip of one (``all_txt``)."""
+
+    def __str__(self) -> str:
+        import difflib
+
+        name = self.args[0]
+        close = difflib.get_close_matches(str(name), SIGNALS, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"signals: {', '.join(SIGNALS)}"
+        return f"unknown signal {name!r} ({hint})"
+
+
 class View:
     """Lazy view document over one bundle; see :data:`SIGNALS` for the derived fields."""
 
@@ -489,6 +502,8 @@ class View:
     def signal(self, name: str) -> Any:
         value = self._signals.get(name, _MISSING)
         if value is _MISSING:
+            if name not in SIGNALS:  # a plugin's slip: name it, and the signal meant
+                raise UnknownSignal(name)
             value = SIGNALS[name][0](self.bundle)
             self._signals[name] = value
         return value

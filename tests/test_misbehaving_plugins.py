@@ -23,6 +23,7 @@ from loop_core import (
     PluginError,
     Tier,
     TrackerSpec,
+    View,
     hookimpl,
     make_plugin_manager,
 )
@@ -235,6 +236,18 @@ class Matchers:
     @hookimpl
     def loop_register_matchers(self, register: Callable[[Matcher], None]) -> None:
         register(self.matcher)
+
+
+def test_a_matcher_asking_for_a_signal_that_does_not_exist_is_told_the_one_meant(
+        pm: pluggy.PluginManager, register_plugin: Callable[..., Any]) -> None:
+    """It was "matcher 'acme-typo' raised KeyError: 'all_txt'; skipped"."""
+    register_plugin(Matchers(Matcher("acme-typo", Tier.TIER2, 150, lambda ctx: ctx.view.signal("all_txt"))),
+                    "acme-typo")
+    verdict = Engine.build("default", pm).classify(make_bundle("boom"))
+    assert verdict.warnings == ("matcher 'acme-typo' raised UnknownSignal: unknown signal 'all_txt' (did you "
+                                "mean 'all_text'?); skipped",)
+    with pytest.raises(KeyError):  # still the KeyError a plugin may catch
+        View(make_bundle("boom")).signal("nonsense")
 
 
 @pytest.mark.parametrize("field, value, problem", [
