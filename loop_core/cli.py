@@ -1507,6 +1507,17 @@ def plugins() -> None:
     click.echo(json.dumps(report, indent=2))
 
 
+def _failure_behind(error: BaseException) -> BaseException | None:
+    """The exception that is not loop-rules' own (a plugin's NameError, say) behind
+    an ``Error:`` line, following the chain of causes; None when there is none."""
+    cause = error.__cause__
+    while cause is not None:
+        if not isinstance(cause, (LoopError, click.ClickException)):
+            return cause
+        cause = cause.__cause__
+    return None
+
+
 def _quiet_stdout() -> None:
     """Flush stdout; when that fails too (the output it writes to is full or gone),
     point it at the null device, so the interpreter's own flush at exit does not
@@ -1575,6 +1586,11 @@ def main(argv: list[str] | None = None) -> None:
     except click.Abort as e:  # Ctrl-C, SIGTERM or end of input outside a command
         _stopped(e.__context__)
     except click.ClickException as e:
+        failure = _failure_behind(e) if os.environ.get("LOOP_RULES_DEBUG") else None
+        if failure is not None:  # a plugin's exception behind the one line: where in its code
+            import traceback
+
+            traceback.print_exception(failure, file=sys.stderr)
         e.show()
         sys.exit(e.exit_code)
     except KeyboardInterrupt as e:  # before click took over

@@ -1104,6 +1104,37 @@ class UnopenableStore(RecorderStore):
         raise self.error
 
 
+def test_loop_rules_debug_shows_where_in_the_plugin_a_registration_hook_failed(
+        install: Callable[..., None], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """LOOP_RULES_DEBUG=1 showed the traceback of internal errors only: a plugin's bug behind an
+    Error: line could not be traced to its line."""
+    import gc
+
+    from loop_core import cli as cli_module
+
+    install("acme-slip", {"slip": "acme_slip"}, {"acme_slip": """
+        from loop_core import hookimpl
+
+
+        @hookimpl
+        def loop_register_rule_packs(register):
+            register(PAKC_DIR)
+    """})
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # main() ends processes; this one goes on
+    monkeypatch.setenv("LOOP_RULES_DEBUG", "1")
+    with pytest.raises(SystemExit) as stopped:
+        cli_module.main(["plugins"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert 'acme_slip.py", line 7, in loop_register_rule_packs' in err and "NameError" in err
+    assert err.endswith("Error: plugin 'slip': loop_register_rule_packs failed: "
+                        "NameError(\"name 'PAKC_DIR' is not defined\")\n")
+    monkeypatch.delenv("LOOP_RULES_DEBUG")
+    with pytest.raises(SystemExit):
+        cli_module.main(["plugins"])
+    assert "Traceback" not in capsys.readouterr().err
+
+
 class BrokenFactoryStore(RecorderStore):
     def factory(self) -> Any:  # type: ignore[override]  # the options argument forgotten
         raise AssertionError("never called with no argument")
