@@ -252,6 +252,17 @@ def resolve_pack(spec: str | Path, packs: Mapping[str, PackInfo]) -> tuple[Path,
     raise UnknownPack(text, sorted(packs))
 
 
+def _outside_the_six(matcher: str, value: Any) -> str:
+    """The warning for a matcher's class that is none of the six (a slip such as
+    ``genuine_oom``), which the verdict reads as ``unknown``, as CONTRACTS §3.1 has it."""
+    import difflib
+
+    meant = difflib.get_close_matches(str(value), [c.value for c in FailureClass], n=1) if isinstance(
+        value, str) else []
+    hint = f" (did you mean {meant[0]!r}?)" if meant else ""
+    return f"matcher {matcher!r} returned the class {value!r}, which is none of the six{hint}; read as unknown"
+
+
 class UnknownPack(RuleError):
     """``--rules`` (or another option taking a pack) names neither a registered pack
     nor a directory; :meth:`for_option` words it for the option the user typed."""
@@ -404,6 +415,8 @@ class Engine:
 
     def _verdict(self, ctx: MatchContext, matcher: Matcher, result: Match) -> Classification:
         cls = coerce_class(result.failure_class)
+        if cls is FailureClass.UNKNOWN and result.failure_class not in (FailureClass.UNKNOWN, "unknown"):
+            ctx.view.warnings.append(_outside_the_six(matcher.name, result.failure_class))
         if matcher.tier is Tier.TIER1:
             # §3.7: Tier-1 never review-queues; only Tier-1 may route a kv-calc bug.
             return Classification(

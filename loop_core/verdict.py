@@ -51,7 +51,8 @@ class Tier(str, enum.Enum):
 class Match:
     """What a matcher returns when it decides a bundle.
 
-    ``failure_class`` may be any string; the engine coerces it into the six.
+    ``failure_class`` may be any string; the engine coerces it into the six (one
+    outside them is ``unknown``, with a warning on the verdict).
     ``route_as_kv_calc_bug``, ``delta_mib`` and ``tier1_inputs`` are only
     honoured from Tier-1 matchers. ``review`` only from Tier-2 ones: whether
     an ``unknown`` goes to the review queue. None (the default) queues it, as

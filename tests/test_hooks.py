@@ -243,6 +243,8 @@ def test_hook_loop_register_matchers_tier2_cannot_route_kv_calc(
     ), "acme-matchers")
     verdict = Engine.build("reference", pm).classify(make_bundle("nvlink down"))
     assert verdict.failure_class is FailureClass.UNKNOWN  # outside the six: coerced
+    assert verdict.warnings == ("matcher 'acme-odd' returned the class 'not-a-class', which is none of the six; "
+                                "read as unknown",)
     assert (verdict.review_queue, verdict.should_file) == (True, False)
     assert (verdict.route_as_kv_calc_bug, verdict.delta_mib) == (False, None)
 
@@ -263,6 +265,22 @@ def test_hook_loop_register_matchers_tier1_routes_kv_calc_only_for_an_oom(
         FailureClass.KERNEL_UNSUPPORTED, Tier.TIER1, True)
     assert kernel.route_as_kv_calc_bug is False
     assert engine.classify(make_bundle("hbm exhausted")).route_as_kv_calc_bug is True
+
+
+def test_a_matchers_class_with_a_slip_is_named_with_the_one_meant(
+        pm: pluggy.PluginManager, register_plugin: Register) -> None:
+    """A plugin writing genuine_oom for genuine-oom had its verdicts read as unknown
+    without a word: the verdict now carries a warning (which fails `loop-rules test`)."""
+    register_plugin(MatcherPlugin(
+        Matcher("acme-oom", Tier.TIER2, 150, _decide_on("hbm", "genuine_oom", "acme-oom")),
+        Matcher("acme-unknown", Tier.TIER2, 160, _decide_on("odd", "unknown", "acme-unknown")),
+    ), "acme-matchers")
+    engine = Engine.build("reference", pm)
+    slip = engine.classify(make_bundle("hbm exhausted"))
+    assert slip.failure_class is FailureClass.UNKNOWN
+    assert slip.warnings == ("matcher 'acme-oom' returned the class 'genuine_oom', which is none of the six "
+                             "(did you mean 'genuine-oom'?); read as unknown",)
+    assert engine.classify(make_bundle("odd thing")).warnings == ()  # unknown itself is one of the six
 
 
 def test_hook_loop_register_matchers_duplicate_names_both_plugins(
