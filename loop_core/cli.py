@@ -1503,7 +1503,11 @@ def plugins() -> None:
         "trackers": [{"name": name, "plugin": plugin, "takes_repo": bool(getattr(spec, "takes_repo", True)),
                       "description": str(spec.description)}
                      for name, (spec, plugin) in sorted(trackers.items())],
+        "skipped_entry_points": [{"entry_point": where, "why": why}
+                                 for where, why in getattr(pm, "skipped_entry_points", {}).items()],
     }
+    for where, why in getattr(pm, "skipped_entry_points", {}).items():
+        click.echo(f"loop-rules: warning: entry point {where} not loaded: {why}", err=True)
     click.echo(json.dumps(report, indent=2))
 
 

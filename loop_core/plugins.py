@@ -52,6 +52,9 @@ class _Manager(pluggy.PluginManager):
     def __init__(self) -> None:
         super().__init__("loop")
         self.entry_point_dists: list[tuple[object, Any]] = []  # (plugin, importlib.metadata.Distribution)
+        # Entry points not loaded because their name was taken (``plugin 'x' (module, from
+        # dist)`` -> why): `loop-rules plugins` lists them, where an author looks first.
+        self.skipped_entry_points: dict[str, str] = {}
 
 
 def make_plugin_manager(
@@ -100,10 +103,15 @@ def _load_entry_points(pm: _Manager, group: str) -> None:
         return ep.name, str(getattr(getattr(ep, "dist", None), "name", "")), ep.value
 
     for ep in sorted(entry_points(group=group), key=order):
-        if pm.has_plugin(ep.name) or pm.is_blocked(ep.name):
-            continue  # a name already taken: pluggy skips it too
         dist = getattr(ep, "dist", None)
         where = _entry_point_text(ep, dist)
+        if pm.is_blocked(ep.name):
+            pm.skipped_entry_points[where] = "the name is blocked"
+            continue
+        if pm.has_plugin(ep.name):  # a name already taken: pluggy skips it too
+            pm.skipped_entry_points[where] = ("the name of a plugin already registered; give the entry point "
+                                              "a name of its own")
+            continue
         try:
             plugin = ep.load()
         except PLUGIN_FAILURES as e:  # a broken third-party package must name itself

@@ -428,6 +428,18 @@ def test_one_module_under_two_entry_points_is_named_in_one_line(install: Callabl
         "passed as plugins=[...])\n")
 
 
+def test_an_entry_point_named_like_a_builtin_is_listed_as_not_loaded(install: Callable[..., None]) -> None:
+    """It was skipped without a word, as pluggy skips a name already taken: the author's
+    matchers were simply missing."""
+    install("acme-clash", {"loop_rules.tier2": "acme_clash"}, {"acme_clash": ABSTAINING_DRAFTER})
+    result = _cli("plugins")
+    assert result.exit_code == 0
+    where = "plugin 'loop_rules.tier2' (acme_clash, from acme-clash)"
+    why = "the name of a plugin already registered; give the entry point a name of its own"
+    assert json.loads(result.stdout)["skipped_entry_points"] == [{"entry_point": where, "why": why}]
+    assert result.stderr == f"loop-rules: warning: entry point {where} not loaded: {why}\n"
+
+
 def test_a_plugin_given_and_installed_too_is_named(install: Callable[..., None]) -> None:
     install("acme-given", {"acme": "acme_given"}, {"acme_given": ABSTAINING_DRAFTER})
     import acme_given  # type: ignore[import-not-found]
