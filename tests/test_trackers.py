@@ -167,6 +167,45 @@ def test_a_target_falling_back_to_the_spool_never_drains_it(tmp_path: Path, engi
     assert len(spool.pending()) == 1  # nothing lost
 
 
+class GoesOfflineAfterTheFirst:
+    """A target that lands the first occurrence it is given, then falls back to the
+    spool for every other (a remote tracker going offline in the middle of a file)."""
+
+    name = "offline-midway"
+
+    def __init__(self, target: SqliteTracker, captures: Path) -> None:
+        self.target, self.spool, self.landed = target, SpoolTracker(captures), 0
+
+    def file(self, draft, occurrence):  # type: ignore[no-untyped-def]
+        if self.landed:
+            return self.spool.file(draft, occurrence, reason="outage")
+        self.landed += 1
+        return self.target.file(draft, occurrence)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_spool_file_only_part_of_which_landed_stays_and_is_replayed_once_on_the_next_try(
+        tmp_path: Path, engine: Engine) -> None:
+    spool = SpoolTracker(tmp_path)
+    for day in ("01", "02", "03"):
+        spool.file(*drafted(engine, utc_ts=f"202608{day}T000000Z"))
+    (path,) = spool.pending()
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        (partial,) = replay_spool(spool, GoesOfflineAfterTheFirst(db, tmp_path))
+        assert [r.action for r in partial.results] == [FileAction.OPENED] + [FileAction.ALREADY_COUNTED] * 2
+        assert not partial.drained and spool.pending() == [path]  # two of its occurrences never landed
+        assert len(json.loads(path.read_text())["occurrences"]) == 3
+        (again,) = replay_spool(spool, db)
+        assert [r.action for r in again.results] == [FileAction.ALREADY_COUNTED] + [FileAction.PLUS_ONE] * 2
+        assert again.drained and spool.pending() == []
+        assert [i["occurrences"] for i in db.issues()] == [3]
+    finally:
+        db.close()
+
+
 # -- batched filing (SqliteTracker.file_many) ----------------------------------------
 
 
@@ -257,8 +296,11 @@ def test_file_many_splits_into_transactions_of_batch_items(tmp_path: Path, engin
         split.close()
 
 
+@pytest.mark.parametrize("fails_at", [4, 5, 6], ids=["first-of-batch", "second-of-batch", "last-of-batch"])
 def test_file_many_rolls_back_the_failing_batch_only(tmp_path: Path, engine: Engine,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+                                                     monkeypatch: pytest.MonkeyPatch, fails_at: int) -> None:
+    """Whichever pair of a batch fails, the pairs of that batch filed before it are not
+    counted: the batch's transaction rolls back whole, and a rerun files them once."""
     seeded, items = _mixed_items(engine)
     pairs = seeded + items
     db = SqliteTracker(tmp_path / "t.sqlite")
@@ -267,13 +309,13 @@ def test_file_many_rolls_back_the_failing_batch_only(tmp_path: Path, engine: Eng
         real = SqliteTracker._file
         calls = {"n": 0}
 
-        def fails_on_the_fourth(self, conn, draft, occurrence):  # type: ignore[no-untyped-def]
+        def fails_at_that_call(self, conn, draft, occurrence):  # type: ignore[no-untyped-def]
             calls["n"] += 1
-            if calls["n"] == 4:
+            if calls["n"] == fails_at:
                 raise RuntimeError("disk on fire")
             return real(self, conn, draft, occurrence)
 
-        monkeypatch.setattr(SqliteTracker, "_file", fails_on_the_fourth)
+        monkeypatch.setattr(SqliteTracker, "_file", fails_at_that_call)
         with pytest.raises(RuntimeError):
             db.file_many(pairs, batch=3)
         monkeypatch.setattr(SqliteTracker, "_file", real)
