@@ -83,6 +83,25 @@ def test_a_large_pack_walks_only_the_rules_a_bundle_can_match(tmp_path: Path, lo
     assert list(engine.pack.candidates(View(unrelated))) == []
 
 
+def _synthetic_example(i: int) -> str:
+    """A line that rule ``r{i:04d}`` of :func:`_synthetic_pack` may match."""
+    tag = f"w{i:04d}_widget"
+    return [f"RuntimeError: widget {tag} failed", f"loader 1.2 {tag}", tag, f"errno {tag} (code 7)"][i % 4]
+
+
+@pytest.mark.parametrize("hits", [[397, 8, 398, 5, 11, 257, 2, 300], [398, 2, 202, 130]],
+                         ids=["indexed-and-checked", "checked-only"])
+def test_candidates_come_in_pack_order_so_the_first_match_wins(tmp_path: Path, lookup: str,
+                                                               hits: list[int]) -> None:
+    """However far apart in the pack the rules a bundle may match are, they are walked
+    in file order: the rule a bundle is classified by is the first one that matches."""
+    engine = Engine.build(_synthetic_pack(tmp_path / "many", 400), make_plugin_manager(entry_points=False))
+    bundle = make_bundle("\n".join(_synthetic_example(i) for i in hits))
+    view = View(bundle)
+    assert [r.id for r in engine.pack.candidates(view)] == [f"r{i:04d}" for i in sorted(hits)]
+    assert _indexed_walk(engine, view) == _plain_walk(engine, view)
+
+
 def test_synthetic_pack_verdicts_agree_with_a_plain_walk(tmp_path: Path, corpus: list, lookup: str) -> None:
     engine = Engine.build(_synthetic_pack(tmp_path / "many", 40), make_plugin_manager(entry_points=False))
     texts = ["loader 1.0 w0001_widget", "w0002_widget", "x w0002_widget y", "ValueError: widget w0004_widget failed",
