@@ -570,6 +570,35 @@ def test_a_spool_file_that_disagrees_with_itself_or_is_anothers_is_left_alone(tm
     assert sorted(p.name for p in queue.glob("*.json")) == sorted(damaged)  # left for a person
 
 
+def test_settling_an_entry_none_of_whose_occurrences_was_decided_leaves_it_as_it_is(tmp_path: Path) -> None:
+    from loop_core.trackers import ReviewQueue, Settled
+
+    queue = ReviewQueue(tmp_path)
+    ours = {"dedup_hash": "a" * 12, "final_error": "RuntimeError: the frobnicator refused", "described_by": "s1"}
+    queue.add(ours, Occurrence("s1", "20260801T000000Z", None, "m/1"))
+    theirs = tmp_path / "_review-queue" / f"{'b' * 12}.json"  # the reference's shape: no occurrence list
+    theirs.write_text(json.dumps({"dedup_hash": "b" * 12, "final_error": "old", "utc_ts": "20260802T000000Z"}))
+    before = {path.name: path.read_bytes() for path in theirs.parent.glob("*.json")}
+    fresh = {"final_error": "RuntimeError: something else", "described_by": "s9"}
+    taken = queue.settle({"a" * 12: Settled({"s2"}, fresh), "b" * 12: Settled({"s3"}, fresh, {"20260803T000000Z"})})
+    assert taken == 0
+    assert {path.name: path.read_bytes() for path in theirs.parent.glob("*.json")} == before
+
+
+def test_review_queue_items_come_sorted_by_file_name_and_a_removal_says_whether_there_was_one(
+        tmp_path: Path) -> None:
+    from loop_core.trackers import ReviewQueue
+
+    queue = ReviewQueue(tmp_path)
+    hashes = [f"{n:012x}" for n in (0x9F, 0x3, 0xFFF, 0x42, 0x0, 0x777, 0x18, 0xABC)]
+    for i, dedup_hash in enumerate(hashes):
+        queue.add({"dedup_hash": dedup_hash}, Occurrence(f"s{i}", None, None, f"m/{i}"))
+    assert [entry["dedup_hash"] for entry in queue.items()] == sorted(hashes)
+    assert queue.remove(hashes[0]) is True
+    assert queue.remove(hashes[0]) is False  # already gone: nothing was removed
+    assert [entry["dedup_hash"] for entry in queue.items()] == sorted(hashes[1:])
+
+
 def test_a_damaged_review_entry_counts_every_occurrence_it_kept_out(tmp_path: Path, engine: Engine) -> None:
     from loop_core.keys import dedup_key
     from loop_core.pipeline import run_captures
