@@ -243,8 +243,8 @@ def test_hook_loop_register_matchers_tier2_cannot_route_kv_calc(
     ), "acme-matchers")
     verdict = Engine.build("reference", pm).classify(make_bundle("nvlink down"))
     assert verdict.failure_class is FailureClass.UNKNOWN  # outside the six: coerced
-    assert verdict.warnings == ("matcher 'acme-odd' returned the class 'not-a-class', which is none of the six; "
-                                "read as unknown",)
+    assert verdict.warnings == (("matcher 'acme-odd' returned the class 'not-a-class', which is none of the six; "
+                                 "read as unknown"),)
     assert (verdict.review_queue, verdict.should_file) == (True, False)
     assert (verdict.route_as_kv_calc_bug, verdict.delta_mib) == (False, None)
 
@@ -278,8 +278,8 @@ def test_a_matchers_class_with_a_slip_is_named_with_the_one_meant(
     engine = Engine.build("reference", pm)
     slip = engine.classify(make_bundle("hbm exhausted"))
     assert slip.failure_class is FailureClass.UNKNOWN
-    assert slip.warnings == ("matcher 'acme-oom' returned the class 'genuine_oom', which is none of the six "
-                             "(did you mean 'genuine-oom'?); read as unknown",)
+    assert slip.warnings == (("matcher 'acme-oom' returned the class 'genuine_oom', which is none of the six "
+                              "(did you mean 'genuine-oom'?); read as unknown"),)
     assert engine.classify(make_bundle("odd thing")).warnings == ()  # unknown itself is one of the six
 
 

@@ -244,8 +244,8 @@ def test_a_matcher_asking_for_a_signal_that_does_not_exist_is_told_the_one_meant
     register_plugin(Matchers(Matcher("acme-typo", Tier.TIER2, 150, lambda ctx: ctx.view.signal("all_txt"))),
                     "acme-typo")
     verdict = Engine.build("default", pm).classify(make_bundle("boom"))
-    assert verdict.warnings == ("matcher 'acme-typo' raised UnknownSignal: unknown signal 'all_txt' (did you "
-                                "mean 'all_text'?); skipped",)
+    assert verdict.warnings == (("matcher 'acme-typo' raised UnknownSignal: unknown signal 'all_txt' (did you "
+                                 "mean 'all_text'?); skipped"),)
     with pytest.raises(KeyError):  # still the KeyError a plugin may catch
         View(make_bundle("boom")).signal("nonsense")
 
@@ -1010,8 +1010,8 @@ def test_a_condition_kind_that_raises_is_named_among_the_rule_s_kinds(
     (pack / "10.yml").write_text("- id: r\n  class: unknown\n  description: d\n"
                                  "  when: [{acme_fine: 1}, {acme_broken: 2}]\n  examples: {match: [x]}\n")
     verdict = Engine.build(pack, pm).classify(make_bundle("boom"))
-    assert verdict.warnings == ("rule 'r': condition kind 'acme_broken' raised TypeError: 'int' object is not "
-                                "subscriptable; counted as no match",)
+    assert verdict.warnings == (("rule 'r': condition kind 'acme_broken' raised TypeError: 'int' object is not "
+                                 "subscriptable; counted as no match"),)
 
 
 def _looped() -> list[Any]:
