@@ -651,3 +651,11 @@ def test_gate_reads_no_other_file(write: Any) -> None:
         (path / FILES[doc]).write_text("{ not json")
     bundle = read_bundle(path)
     assert bundle.pt2 is None and bundle.pt5 is None
+
+
+def test_dedup_tuple_reads_engine_pin_not_engine_version(write: Any) -> None:
+    """§2.5: the engine of the dedup tuple (and so its hash) is ``engine_pin``."""
+    documents = patched(manifest={"engine_version": "other:tag"})
+    key = dedup_key(read_bundle(write(documents)))
+    assert key.engine_version == "vllm/vllm-openai:nightly-abc123"
+    assert key.digest() == dedup_key(read_bundle(write(REF_DOCS))).digest()

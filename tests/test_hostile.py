@@ -816,3 +816,25 @@ def test_many_entries_in_the_directory(valid: Callable[..., Path]) -> None:
     with Timer() as t:
         read_bundle(path)
     assert t.elapsed < BOUND
+
+
+def test_a_file_that_grew_past_the_limit_after_its_size_was_checked_is_refused_not_cut(
+    valid: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The size fstat gave is only where reading starts: what is read is held to the limit
+    too, so a file still being written is refused whole, not parsed up to the limit."""
+    path = valid()
+    pt3 = path / "pt3-boot.json"
+    pt3.write_text(json.dumps(json.loads(pt3.read_text())) + " " * 4096)  # valid JSON up to the limit
+    real_fstat = os.fstat
+
+    def fstat_before_growth(fd: int) -> os.stat_result:
+        st = real_fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_size > 4096:
+            fields = list(st)
+            fields[stat.ST_SIZE] = 100
+            return os.stat_result(fields)
+        return st
+
+    monkeypatch.setattr(loop_core.bundle.os, "fstat", fstat_before_growth)
+    read_refused(path, r"pt3-boot\.json: over the 4096-byte limit", limits=ReadLimits(max_file_bytes=4096))
