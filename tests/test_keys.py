@@ -227,3 +227,13 @@ def test_normalize_text_reads_only_what_the_limit_needs_and_says_the_same(text: 
     # Long texts are normalised from a prefix; the result must be the §3.4 formula's.
     assert normalize_text(text, limit) == " ".join(text.split()).lower()[:limit]
     assert normalize_text(" " * 2000 + text, limit) == " ".join(text.split()).lower()[:limit]
+
+
+def test_an_empty_excerpt_gives_way_to_the_boot_failure() -> None:
+    assert error_substring(make_bundle({"pt3": {"failure_log_excerpt": "", "failure": "Failure"}})) == "failure"
+
+
+def test_a_red_capability_whose_detail_is_plain_text_gives_that_text() -> None:
+    red = {"pt3": {"failure": None}, "pt4": {"results": {"streaming": "red"},
+                                             "results_detail": {"streaming": "HTTP 500: Internal  Error"}}}
+    assert error_substring(make_bundle(red)) == "http 500: internal error"
