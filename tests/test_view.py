@@ -380,3 +380,56 @@ def test_a_final_error_its_log_rules_out_is_not_made() -> None:
         assert View(make_bundle({"pt3": {"failure": None}})).lacks("final_error", frozenset(["x"]))  # no error text
     finally:
         litscan.use_scanner(None)
+
+
+def test_the_last_error_tag_line_wins_among_several() -> None:
+    text = "Error: first attempt\nINFO retrying\nError: second attempt\nINFO giving up"
+    assert final_error(text) == "Error: second attempt"
+
+
+def test_the_final_error_line_is_stripped_at_both_ends() -> None:
+    assert final_error("INFO loading\n    RuntimeError: CUDA error: no kernel image  \nINFO done") == (
+        "RuntimeError: CUDA error: no kernel image")
+    assert final_error("INFO loading\n\t[BUG] bad shape \n") == "[BUG] bad shape"
+
+
+def all_text(overrides: dict) -> str:
+    return View(make_bundle(overrides)).signal("all_text")
+
+
+def test_all_text_lists_every_failure_text_newest_evidence_last() -> None:
+    text = all_text({
+        "pt2": {"failure": "download stalled"},
+        "pt3": {"failure": "server did not become ready", "failure_log_excerpt": "RuntimeError: boom"},
+        "pt4": {"results": {"streaming": "red", "plain-chat": "red", "tool-call": "green"},
+                "results_detail": {"streaming": {"status": 500, "error": "HTTP 500"}}},
+        "pt5": {"point": "override_capture", "exit_error_summary": "OOM at exit"},
+    })
+    assert text.split("\n") == ["download stalled", "server did not become ready", "RuntimeError: boom",
+                                "smoke red:plain-chat", "HTTP 500", "OOM at exit"]
+
+
+def test_all_text_takes_the_gate_detail_of_gate_only_bundles_alone() -> None:
+    assert all_text({"pt1": {"detail": "a capture's own gate note"}, "pt3": {"failure": "boot failed"}}) == (
+        "boot failed")
+    gate = {"manifest": {"schema": 2}, "pt1": {"detail": "no row for arch"}}
+    assert all_text(gate) == "no row for arch"
+
+
+def test_http_statuses_are_the_numbers_only() -> None:
+    view = View(make_bundle({"pt4": {"results_detail": {
+        "a": {"status": 500}, "b": {"status": 429.0}, "c": {"status": True}, "d": {"status": "503"},
+        "e": {"error": "no status"}, "f": "HTTP 502"}}}))
+    assert view.signal("http_statuses") == [500, 429.0]
+
+
+@pytest.mark.parametrize(("ok", "expected"), [(True, True), (None, False), (0, False), (1, True), ("", False)])
+def test_boot_ok_and_download_ok_are_booleans(ok: object, expected: bool) -> None:
+    view = View(make_bundle({"pt2": {"ok": ok}, "pt3": {"ok": ok}}))
+    assert view.signal("boot_ok") is expected
+    assert view.signal("download_ok") is expected
+
+
+def test_boot_ok_and_download_ok_are_null_for_gate_only_bundles() -> None:
+    view = View(make_bundle({"manifest": {"schema": 2}}))
+    assert view.signal("boot_ok") is None and view.signal("download_ok") is None
