@@ -603,6 +603,14 @@ def test_gate_manifest_missing_key(write: Any, key: str) -> None:
         read_bundle(path)
 
 
+def test_gate_manifest_missing_keys_are_listed_sorted(write: Any) -> None:
+    """The message is the same on every run, whatever order the keys were found in."""
+    path = write(docs(GATE_DOCS, manifest={"schema": 2}))
+    with pytest.raises(BundleError, match=r"manifest\.json: missing keys abort_reason, club3090_commit, "
+                                          r"failure_class, outcome, slug, utc_ts$"):
+        read_bundle(path)
+
+
 @pytest.mark.parametrize("outcome", ["ok", "failed", "partial", "HARD-BLOCK", None, ""])
 def test_gate_outcome_must_be_hard_block(write: Any, outcome: Any) -> None:
     """Group 42."""
