@@ -189,6 +189,11 @@ _SECRETS = (
      "<EMAIL>"),
     (re.compile(r"(?i)/(?:home|Users)/[^/\s\"'`]+"), "~"),
     (re.compile(r"(?i)\b([A-Z]:\\Users\\)[^\\\s\"']+"), r"~"),
+    # Last: what is glued to a redaction is the rest of what it redacted. A key-shaped value
+    # runs on through "/" and base64 padding, so in two assignments written together
+    # ("DB_PASS=<key>//DB_PASS=<key>") the first took the second's name and "=", and the
+    # second value, its name gone, was left behind the marker.
+    (re.compile(r"(?<=<REDACTED>)[^\s\"',;\[\])}<>]+"), ""),
 )
 # C0/C1 controls except tab and newline, zero-width spaces and joiners (which split a
 # token so no pattern sees it), the bidi marks (ALM, LRM, RLM, embeddings, overrides,
@@ -226,6 +231,7 @@ _SECRET_GUARDS: tuple[tuple[tuple[str, ...], bool], ...] = (
     (("@",), False),
     (("/home/", "/users/"), True),
     ((":\\users\\",), True),
+    (("<redacted>",), True),
 )
 # Any of those literals, in the lower-cased text: most text holds none and is done at once.
 _HINTS = tuple(dict.fromkeys(lit.lower() for lits, _ in _SECRET_GUARDS for lit in lits))

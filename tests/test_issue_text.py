@@ -536,6 +536,19 @@ def test_short_passwords_in_capitalised_names_and_flags_are_scrubbed(text: str, 
 
 
 @pytest.mark.parametrize("text", [
+    "DB_PASS=SECRETpass0123456789xyz//DB_PASS=SECRETpass0123456789xyz",
+    "db_pass=secretpass0123456789xyz//db_pass=secretpass0123456789xyz",  # as the error substring shows it
+    "MY_SERVICE_KEY=abcd1234efgh5678ijkl9012/MY_SERVICE_KEY=SECRETpass0123456789xyz",
+])
+def test_two_credentials_written_together_both_go(text: str) -> None:
+    # The first key-shaped value ran on through "//" and took the second's name and "=",
+    # which left the second value behind the marker ("DB_PASS=<REDACTED>SECRETpass...").
+    scrubbed = scrub_secrets(text)
+    assert "0123456789xyz" not in scrubbed and "ijkl9012" not in scrubbed, scrubbed
+    assert scrubbed.endswith("<REDACTED>"), scrubbed
+
+
+@pytest.mark.parametrize("text", [
     "DB_PASS=None DB_PASS=", "'post_grad_custom_post_pass': None", "tests_pass: 12", "PASS: 12 tests",
     "--bypass-cache 1", "PASSWORD_FILE=", "compile pass=3",
 ])
