@@ -310,15 +310,21 @@ class Kinds:
         register(ConditionKind("acme_kind", lambda view, arg: True, compile_))
 
 
+def _one_rule_pack(tmp_path: Path, when: str) -> Path:
+    """A pack of one rule, ``r``, whose ``when`` is ``when`` (line 4 of its file)."""
+    pack = tmp_path / "p"
+    pack.mkdir()
+    (pack / "10.yml").write_text(f"- id: r\n  class: unknown\n  description: d\n  when: {when}\n"
+                                 "  examples: {match: [x]}\n")
+    return pack
+
+
 def test_a_condition_kind_whose_compile_raises_is_named_at_the_rule(
         pm: pluggy.PluginManager, register_plugin: Callable[..., Any], tmp_path: Path) -> None:
     from loop_core import RuleError
 
     register_plugin(Kinds(), "acme-kinds")
-    pack = tmp_path / "p"
-    pack.mkdir()
-    (pack / "10.yml").write_text("- id: r\n  class: unknown\n  description: d\n  when: {acme_kind: 1}\n"
-                                 "  examples: {match: [x]}\n")
+    pack = _one_rule_pack(tmp_path, "{acme_kind: 1}")
     with pytest.raises(RuleError, match=r"r \(line 4\): when.acme_kind: condition kind 'acme_kind' raised KeyError"):
         Engine.build(pack, pm)
 
@@ -976,10 +982,7 @@ def test_explain_says_a_condition_kind_s_warning_once(cli_uses_pm: pluggy.Plugin
                                                       bundle_dir: Callable[..., Path]) -> None:
     """explain evaluates every rule twice (to decide, then to trace): the warning came twice."""
     register_plugin(RaisingKind(), "acme-kinds")
-    pack = tmp_path / "p"
-    pack.mkdir()
-    (pack / "10.yml").write_text("- id: r\n  class: unknown\n  description: d\n  when: {acme_kind: 1}\n"
-                                 "  examples: {match: [x]}\n")
+    pack = _one_rule_pack(tmp_path, "{acme_kind: 1}")
     warning = "rule 'r': condition kind 'acme_kind' raised KeyError: 'kaboom'; counted as no match"
     engine = Engine.build(pack, cli_uses_pm)
     bundle = make_bundle("boom")
@@ -1005,10 +1008,7 @@ def test_a_condition_kind_that_raises_is_named_among_the_rule_s_kinds(
         pm: pluggy.PluginManager, register_plugin: Callable[..., Any], tmp_path: Path) -> None:
     """It was "rule 'r' raised TypeError while evaluated": which of its kinds, the author had to guess."""
     register_plugin(TwoKinds(), "acme-kinds")
-    pack = tmp_path / "p"
-    pack.mkdir()
-    (pack / "10.yml").write_text("- id: r\n  class: unknown\n  description: d\n"
-                                 "  when: [{acme_fine: 1}, {acme_broken: 2}]\n  examples: {match: [x]}\n")
+    pack = _one_rule_pack(tmp_path, "[{acme_fine: 1}, {acme_broken: 2}]")
     verdict = Engine.build(pack, pm).classify(make_bundle("boom"))
     assert verdict.warnings == (("rule 'r': condition kind 'acme_broken' raised TypeError: 'int' object is not "
                                  "subscriptable; counted as no match"),)
