@@ -1114,13 +1114,14 @@ def run(captures: Path, tracker_name: str, repo: str | None, rules: str, catalog
 def _close(tracker: Any) -> None:
     """Close a tracker after its filing; a close that fails (a plugin's) is said on
     stderr, not allowed to hide the summary of what was filed."""
-    from .errors import PLUGIN_FAILURES, failure_text
+    from .errors import PLUGIN_FAILURES, failure_text, show_traceback
 
     try:
         tracker.close()
     except PLUGIN_FAILURES as e:  # the filing is done; report and go on (a sys.exit too)
-        click.echo(f"loop-rules: warning: tracker {getattr(tracker, 'name', '?')!r}: close failed: "
-                   f"{failure_text(e)}", err=True)
+        message = f"tracker {getattr(tracker, 'name', '?')!r}: close failed: {failure_text(e)}"
+        show_traceback(message, e)
+        click.echo(f"loop-rules: warning: {message}", err=True)
 
 
 def _tell_problems(tracker: Any, captures: Path | None) -> None:

@@ -17,7 +17,7 @@ import pluggy
 
 from .bundle import Bundle
 from .conditions import ConditionKind, Trace
-from .errors import PLUGIN_FAILURES, PluginError, RuleError, failure_text
+from .errors import PLUGIN_FAILURES, PluginError, RuleError, failure_text, show_traceback
 from .keys import normalize_text, tier2_fingerprint
 from .packs import PackInfo
 from .plugins import BUILTIN_PLUGINS, collect, make_plugin_manager
@@ -344,7 +344,9 @@ class Engine:
         try:
             result = matcher.match(ctx)
         except PLUGIN_FAILURES as e:  # third-party code must not crash a batch (nor end it)
-            ctx.view.warnings.append(f"matcher {matcher.name!r} raised {failure_text(e)}; skipped")
+            message = f"matcher {matcher.name!r} raised {failure_text(e)}; skipped"
+            ctx.view.warnings.append(message)
+            show_traceback(message, e)
             return None
         if result is not None and not isinstance(result, Match):
             ctx.view.warnings.append(f"matcher {matcher.name!r} returned {type(result).__name__}, not a Match; "
@@ -407,7 +409,9 @@ class Engine:
         try:
             traces = tuple(matcher.explain(ctx))
         except PLUGIN_FAILURES as e:  # third-party code, as in _run
-            return (Trace("explain", False, f"matcher {matcher.name!r} raised {failure_text(e)}"),)
+            message = f"matcher {matcher.name!r} raised {failure_text(e)}"
+            show_traceback(message, e)
+            return (Trace("explain", False, message),)
         problem = _traces_problem(traces, 0)
         if problem is not None:
             return (Trace("explain", False, f"matcher {matcher.name!r} returned {problem}"),)

@@ -66,6 +66,34 @@ def failure_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {failure_detail(error)}"
 
 
+def show_traceback(message: str, error: BaseException) -> None:
+    """With ``LOOP_RULES_DEBUG`` set, write the traceback of a plugin's exception that
+    the run reports and goes past (a verdict's warning, a failed close) to stderr, after
+    ``message``, the warning itself. A failure is shown once per process, however many
+    bundles meet it: what differs from bundle to bundle is the text, not the place.
+    """
+    import os
+
+    if not os.environ.get("LOOP_RULES_DEBUG"):
+        return
+    import sys
+    import traceback
+
+    root = error
+    while root.__cause__ is not None:  # a condition kind's own exception, behind the rule's
+        root = root.__cause__
+    frames = traceback.extract_tb(root.__traceback__)
+    place = (type(root), *((frames[-1].filename, frames[-1].lineno) if frames else ()))
+    if place in _SHOWN:
+        return
+    _SHOWN.add(place)
+    print(f"loop-rules: debug: {message}", file=sys.stderr)
+    traceback.print_exception(root, file=sys.stderr)  # the plugin's, not loop-rules' wrapper
+
+
+_SHOWN: set[tuple[object, ...]] = set()
+
+
 def failure_detail(error: BaseException) -> str:
     """:func:`failure_text` without the exception's type."""
     if isinstance(error, SystemExit):

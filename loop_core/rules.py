@@ -33,7 +33,7 @@ from .conditions import (
     Trace,
     compile_condition,
 )
-from .errors import PLUGIN_FAILURES, RuleError, failure_detail
+from .errors import PLUGIN_FAILURES, RuleError, failure_detail, show_traceback
 from .fastregex import GuardedRegex, RegexCache
 from .litscan import scanner
 from .prefilter import RuleIndex
@@ -124,9 +124,12 @@ class Rule:
 
     def _failed(self, error: BaseException) -> str:
         if isinstance(error, KindAnswerError):
-            return f"rule {self.id!r}: {error}; counted as no match"
-        return (f"rule {self.id!r} raised {type(error).__name__} while evaluated: {failure_detail(error)}; "
-                "counted as no match")
+            message = f"rule {self.id!r}: {error}; counted as no match"
+        else:
+            message = (f"rule {self.id!r} raised {type(error).__name__} while evaluated: "
+                       f"{failure_detail(error)}; counted as no match")
+        show_traceback(message, error)
+        return message
 
 
 @dataclass(frozen=True, slots=True)

@@ -299,6 +299,25 @@ def test_a_matcher_that_always_raises_fails_test_and_shows_in_run(
     assert "matcher 'acme-raiser' raised ValueError: boom; skipped" in table
 
 
+def test_loop_rules_debug_shows_a_raising_matcher_s_traceback_once_per_run(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A matcher's exception became a verdict's warning with no way to see where in the
+    plugin it was raised, even with LOOP_RULES_DEBUG set."""
+    from loop_core import errors
+
+    register_plugin(Matchers(Matcher("acme-raiser", Tier.TIER1, 5, _raising)), "acme-raiser")
+    quiet = _cli("run", captures, "--dry-run")
+    assert "Traceback" not in quiet.stderr
+    monkeypatch.setenv("LOOP_RULES_DEBUG", "1")
+    monkeypatch.setattr(errors, "_SHOWN", set())
+    loud = _cli("run", captures, "--dry-run")
+    assert loud.exit_code == quiet.exit_code and loud.stdout == quiet.stdout
+    assert loud.stderr.count("Traceback") == 1  # one failure, shown once for all the bundles it met
+    assert "loop-rules: debug: matcher 'acme-raiser' raised ValueError: boom; skipped\n" in loud.stderr
+    assert 'in _raising\n    raise ValueError("boom")' in loud.stderr
+
+
 class Kinds:
     @hookimpl
     def loop_register_conditions(self, register: Callable[[Any], None]) -> None:
@@ -1012,6 +1031,23 @@ def test_a_condition_kind_that_raises_is_named_among_the_rule_s_kinds(
     verdict = Engine.build(pack, pm).classify(make_bundle("boom"))
     assert verdict.warnings == (("rule 'r': condition kind 'acme_broken' raised TypeError: 'int' object is not "
                                  "subscriptable; counted as no match"),)
+
+
+def test_loop_rules_debug_shows_the_line_of_a_condition_kind_that_raised(
+        pm: pluggy.PluginManager, register_plugin: Callable[..., Any], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from loop_core import errors
+
+    register_plugin(TwoKinds(), "acme-kinds")
+    engine = Engine.build(_one_rule_pack(tmp_path, "[{acme_fine: 1}, {acme_broken: 2}]"), pm)
+    monkeypatch.setenv("LOOP_RULES_DEBUG", "1")
+    monkeypatch.setattr(errors, "_SHOWN", set())
+    for text in ("boom", "other"):
+        engine.classify(make_bundle(text))
+    err = capsys.readouterr().err
+    assert err.count("Traceback") == 1
+    assert err.startswith("loop-rules: debug: rule 'r': condition kind 'acme_broken' raised TypeError")
+    assert 'lambda view, arg: arg["n"]' in err  # the plugin's own line, behind the rule's warning
 
 
 def _looped() -> list[Any]:
