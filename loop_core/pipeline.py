@@ -70,8 +70,8 @@ from .trackers import (
     Settled,
     Tracker,
     checked_results,
+    failures_named,
     review_payload,
-    tracker_exited,
 )
 from .trust import ConsensusIndex, graduation_set, trust_of
 from .verdict import Classification, FailureClass, Tier
@@ -149,11 +149,9 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
     elif prepare and verdict.should_file:
         assert occurrence is not None
         # "is True": a tracker's other answers (a plugin's "no", say) must not skip the filing.
-        try:
+        with failures_named(getattr(counted, "__self__", counted), "counted"):
             known = counted is not None and counted(dedup_key(bundle, verdict.failure_class.value).digest(),
                                                     occurrence.submission) is True
-        except SystemExit as e:
-            raise tracker_exited(getattr(counted, "__self__", counted), "counted", e) from e
         if known:
             return Processed(path, verdict=verdict, failure=True, occurrence=occurrence, anchor=anchor, counted=True,
                              settles=settles)
@@ -457,10 +455,8 @@ class _Filer:
     def file(self, draft: IssueDraft, occurrence: Occurrence) -> None:
         assert self.tracker is not None
         if self.many is None:
-            try:
+            with failures_named(self.tracker, "file"):
                 answer = self.tracker.file(draft, occurrence)
-            except SystemExit as e:
-                raise tracker_exited(self.tracker, "file", e) from e
             (result,) = checked_results(self.tracker, [answer], 1)
             self._count(result)
             return
@@ -527,10 +523,8 @@ class _Filer:
             return
         assert self.many is not None
         pending, self.pending = self.pending, []
-        try:
+        with failures_named(self.tracker, "file_many"):
             answers = self.many(pending)
-        except SystemExit as e:
-            raise tracker_exited(self.tracker, "file_many", e) from e
         for result in checked_results(self.tracker, answers, len(pending)):
             self._count(result)
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .dedup import SCHEMA, SPOOL_KIND, IssueDraft, Occurrence, body_tuple_matches
-from .errors import TrackerError, failure_text
+from .errors import PLUGIN_FAILURES, LoopError, TrackerError, failure_text
 from .jsontext import dumps_indented, item_texts, splice_list
 
 __all__ = [
@@ -101,12 +101,22 @@ def checked_results(tracker: Any, results: Any, count: int) -> list[FileResult]:
     return found
 
 
-def tracker_exited(tracker: Any, what: str, error: SystemExit) -> TrackerError:
-    """The error for a tracker whose ``what`` (``file``, ``file_many``, ``counted``) called
-    ``sys.exit``: stopping the command quietly with the tracker's status would hide where
-    the filing stopped; as a :class:`TrackerError` it is one line naming the tracker."""
-    name = getattr(tracker, "name", type(tracker).__name__)
-    return TrackerError(f"tracker {name!r}: {what} raised {failure_text(error)}")
+@contextlib.contextmanager
+def failures_named(tracker: Any, what: str) -> Iterator[None]:
+    """Around a tracker's ``what`` (``file``, ``file_many``, ``counted``): a
+    :class:`TrackerError` (the tracker's own word) or an ``OSError`` (the system's
+    refusal) goes up as it is; anything else, a plugin's bug or its ``sys.exit``,
+    becomes a :class:`TrackerError` that names the tracker. As an internal error's
+    line, or a quiet exit with the plugin's status, it did not say which tracker
+    stopped the filing.
+    """
+    try:
+        yield
+    except (LoopError, OSError):
+        raise
+    except PLUGIN_FAILURES as e:
+        name = getattr(tracker, "name", type(tracker).__name__)
+        raise TrackerError(f"tracker {name!r}: {what} raised {failure_text(e)}") from e
 
 
 class Tracker(Protocol):
@@ -580,11 +590,10 @@ def replay_spool(spool: SpoolTracker, target: Tracker) -> list[ReplayResult]:
         # In batches where the target takes them (SQLite: a transaction per 256, not per
         # occurrence), with the results filing them one by one gives.
         many = getattr(target, "file_many", None)
-        try:
+        # On an error the spool file stays: nothing is removed for a filing that stopped.
+        with failures_named(target, "file_many" if many is not None else "file"):
             answers = (many([(draft, occurrence) for occurrence in occurrences]) if many is not None
                        else [target.file(draft, occurrence) for occurrence in occurrences])
-        except SystemExit as e:  # the spool file stays: nothing is removed for a filing that stopped
-            raise tracker_exited(target, "file_many" if many is not None else "file", e) from e
         results = checked_results(target, answers, len(occurrences))
         # A result that points at a spool file did not land in the target (it fell back).
         drained = all(r.action is not FileAction.SPOOLED and r.spool_path is None for r in results)

@@ -22,6 +22,7 @@ from loop_core import (
     Matcher,
     PluginError,
     Tier,
+    TrackerError,
     TrackerSpec,
     View,
     hookimpl,
@@ -812,6 +813,99 @@ def test_a_spool_replay_into_a_tracker_that_calls_sys_exit_keeps_the_spool(
     result = _cli("spool", "replay", captures, "--tracker", "quitting")
     assert result.exit_code == 2
     assert result.stderr == "Error: tracker 'quitting': file raised SystemExit: sys.exit(0) was called\n"
+    assert sorted((captures / "_dedup-queue").glob("*.json")) == before
+
+
+class Raising(Recorder):
+    """Files its first three failures, then raises ``error`` in ``where``."""
+
+    def __init__(self, store: RecorderStore, options: Any, where: str, error: BaseException) -> None:
+        super().__init__(store, options)
+        self.where, self.error = where, error
+
+    def file(self, draft: Any, occurrence: Any) -> Any:
+        if self.where == "file" and len(self.store.drafts) == 3:
+            raise self.error
+        return super().file(draft, occurrence)
+
+    def file_many(self, items: Any) -> Any:
+        if self.where == "file_many":
+            raise self.error
+        return [self.file(draft, occurrence) for draft, occurrence in items]
+
+    def counted(self, dedup_hash: str, submission: str) -> bool:
+        if self.where == "counted":
+            raise self.error
+        return False
+
+
+class RaisingStore(RecorderStore):
+    def __init__(self, where: str, error: BaseException) -> None:
+        super().__init__("raising")
+        self.where, self.error = where, error
+
+    def factory(self, options: Any) -> Any:
+        tracker = Raising(self, options, self.where, self.error)
+        if self.where == "file":  # no file_many: run hands failures to file one at a time
+            tracker.file_many = None  # type: ignore[method-assign,assignment]
+        return tracker
+
+
+@pytest.mark.parametrize("where", ["file", "file_many", "counted"])
+def test_a_tracker_whose_filing_raises_is_named_not_an_internal_error(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path, where: str) -> None:
+    """It was "loop-rules: internal error: ValueError: no column 'x'" (status 70): which
+    tracker stopped the filing, the line did not say."""
+    register_plugin(RaisingStore(where, ValueError("no column 'x'")), "acme-raising")
+    result = _cli("run", captures, "--tracker", "raising")
+    assert result.exit_code == 2
+    assert result.stderr == f"Error: tracker 'raising': {where} raised ValueError: no column 'x'\n"
+
+
+def test_loop_rules_debug_shows_where_a_tracker_s_filing_raised(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import gc
+
+    from loop_core import cli as cli_module
+
+    register_plugin(RaisingStore("file", ValueError("no column 'x'")), "acme-raising")
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # main() ends processes; this one goes on
+    monkeypatch.setenv("LOOP_RULES_DEBUG", "1")
+    with pytest.raises(SystemExit) as stopped:
+        cli_module.main(["run", str(captures), "--tracker", "raising"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and err.count("Traceback") == 1
+    assert "in file\n    raise self.error\nValueError: no column 'x'\n" in err
+    assert err.endswith("Error: tracker 'raising': file raised ValueError: no column 'x'\n")
+
+
+@pytest.mark.parametrize("error, code, problem", [
+    (TrackerError("the board is read-only"), 2, "Error: the board is read-only\n"),
+    (PermissionError(13, "Permission denied", "board.db"), 74, "loop-rules: system error: Permission denied: board.db\n"),
+])
+def test_a_tracker_s_own_errors_and_the_system_s_keep_their_meaning(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        error: BaseException, code: int, problem: str) -> None:
+    import gc
+
+    from loop_core import cli as cli_module
+
+    register_plugin(RaisingStore("file", error), "acme-raising")
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # main() ends processes; this one goes on
+    with pytest.raises(SystemExit) as stopped:
+        cli_module.main(["run", str(captures), "--tracker", "raising"])
+    assert (stopped.value.code, capsys.readouterr().err) == (code, problem)
+
+
+def test_a_spool_replay_into_a_tracker_that_raises_keeps_the_spool(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path) -> None:
+    assert run_json(captures, "--tracker", "spool")["spooled"] == FILEABLE
+    before = sorted((captures / "_dedup-queue").glob("*.json"))
+    register_plugin(RaisingStore("file_many", KeyError("issue")), "acme-raising")
+    result = _cli("spool", "replay", captures, "--tracker", "raising")
+    assert (result.exit_code, result.stderr) == (2, "Error: tracker 'raising': file_many raised KeyError: 'issue'\n")
     assert sorted((captures / "_dedup-queue").glob("*.json")) == before
 
 
