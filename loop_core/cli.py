@@ -910,6 +910,8 @@ def diff(corpus: tuple[Path, ...], new_rules: str, old_rules: str, fmt: str, fai
                    f"and {report.new_pack}{unreadable}")
         for (a, b), n in sorted(report.transitions().items()):
             click.echo(f"  {a:20} -> {b:20} {n}")
+        if report.same_class():
+            click.echo(f"  {report.same_class()} kept their class under another rule or dedup hash")
         for c in report.changes:
             click.echo(f"  {_short_name(c.bundle)}: {c.old_class} ({c.old_rule}) -> {c.new_class} "
                        f"({c.new_rule}) [{', '.join(c.fields())}]")

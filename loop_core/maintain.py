@@ -338,7 +338,13 @@ class DiffReport:
     shadow_hits: Counter[str] = field(default_factory=Counter)
 
     def transitions(self) -> Counter[tuple[str, str]]:
-        return Counter((c.old_class, c.new_class) for c in self.changes)
+        """How many bundles went from one class to another. A change of rule or dedup
+        hash alone is no class transition (it read as ``unknown -> unknown``)."""
+        return Counter((c.old_class, c.new_class) for c in self.changes if c.old_class != c.new_class)
+
+    def same_class(self) -> int:
+        """The changed bundles whose class stayed: another rule, or another dedup hash."""
+        return sum(c.old_class == c.new_class for c in self.changes)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -352,13 +358,17 @@ class DiffReport:
         }
 
     def markdown(self, limit: int = 50) -> str:
-        lines = [f"### Rule pack diff: `{self.old_pack}` → `{self.new_pack}`", "",
+        lines = [f"### Rule pack diff: `{_md(self.old_pack)}` → `{_md(self.new_pack)}`", "",
                  f"{self.bundles} bundle(s), **{len(self.changes)} changed**"
                  + (f", {self.unreadable} unreadable" if self.unreadable else ""), ""]
         if self.changes:
-            lines += ["| from | to | bundles |", "|---|---|---:|"]
-            lines += [f"| `{a}` | `{b}` | {n} |" for (a, b), n in sorted(self.transitions().items())]
-            lines += ["", "| bundle | class | rule | dedup hash |", "|---|---|---|---|"]
+            if self.transitions():
+                lines += ["| from | to | bundles |", "|---|---|---:|"]
+                lines += [f"| `{a}` | `{b}` | {n} |" for (a, b), n in sorted(self.transitions().items())]
+                lines.append("")
+            if self.same_class():
+                lines += [f"{self.same_class()} kept their class under another rule or dedup hash.", ""]
+            lines += ["| bundle | class | rule | dedup hash |", "|---|---|---|---|"]
             for c in self.changes[:limit]:
                 lines.append(f"| `{_md(c.bundle)}` | {_arrow(c.old_class, c.new_class)} | "
                              f"{_arrow(c.old_rule, c.new_rule)} | {_arrow(c.old_hash, c.new_hash)} |")

@@ -367,6 +367,36 @@ def test_diff_lists_changes_with_transitions(pack: Path, tmp_path: Path) -> None
     assert invoke("diff", "--rules", "default", "--fail-on-change", str(corpus)).exit_code == 0
 
 
+def test_a_change_of_rule_alone_is_no_class_transition(pack: Path, tmp_path: Path) -> None:
+    """It was listed as `quant-unsupported -> quant-unsupported`, a transition that is none."""
+    corpus = tmp_path / "corpus"
+    write_bundle(corpus / "a" / "1", make_bundle("ValueError: Unknown quantization method: frob"))
+    write_bundle(corpus / "b" / "1", make_bundle(NOVEL))
+    quant = pack / "50-quant.yml"
+    assert "id: quant-weightload-dtype\n" in quant.read_text()
+    quant.write_text(quant.read_text().replace("id: quant-weightload-dtype\n", "id: quant-weightload-renamed\n"))
+    (pack / "45-frob.yml").write_text(SHADOW_RULE.replace("  mode: shadow\n", "").replace("trial-", "new-"))
+    report = json.loads(invoke("diff", "--rules", str(pack), "--format", "json", str(corpus)).output)
+    assert report["changed"] == 2
+    assert report["transitions"] == [{"from": "unknown", "to": "overlay-arch-drift", "count": 1}]
+    assert [c["fields"] for c in report["changes"]] == [["rule"], ["class", "rule", "dedup_hash"]]
+    table = invoke("diff", "--rules", str(pack), str(corpus)).output.splitlines()
+    assert table[1:3] == ["  unknown              -> overlay-arch-drift   1",
+                          "  1 kept their class under another rule or dedup hash"]
+    md = invoke("diff", "--rules", str(pack), "--format", "markdown", str(corpus)).output
+    assert "| `unknown` | `overlay-arch-drift` | 1 |\n\n1 kept their class under another rule or dedup hash.\n" in md
+    assert "`quant-unsupported` | `quant-unsupported`" not in md
+
+
+def test_a_backtick_in_a_pack_name_keeps_the_markdown_heading_whole(pack: Path, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    write_bundle(corpus / "a" / "1", make_bundle(NOVEL))
+    odd = pack.rename(tmp_path / "my`rules")
+    md = invoke("diff", "--rules", str(odd), "--format", "markdown", str(corpus)).output
+    shown = str(odd).replace("`", "'")
+    assert md.splitlines()[0] == f"### Rule pack diff: `default` → `{shown}`"
+
+
 def test_the_diff_table_counts_unreadable_bundles_as_the_markdown_does(tmp_path: Path) -> None:
     """The table left them out: a mistyped or empty corpus (one unreadable bundle,
     `<path>/manifest.json: missing`) read "1 bundle(s): 0 changed", a clean diff."""
