@@ -1234,7 +1234,8 @@ def tracker_show(captures: Path, issue: str, fmt: str) -> None:
     of them or no issue has that number. The hash of an unknown failure is
     no issue: such failures wait in the review queue (loop-rules review list).
 
-    Each occurrence shows its capture time, the first 16 digits of its
+    Occurrences are listed by capture time, the earliest first. Each shows
+    its capture time, the first 16 digits of its
     submission fingerprint (manifest- and 16 digits of the manifest's digest
     for a bundle without one, such as a gate-only bundle) and its bundle.
 

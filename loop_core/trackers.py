@@ -1138,7 +1138,7 @@ class SqliteTracker:
         base["occurrence_list"] = [
             dict(zip(("submission", "utc_ts", "bundle", "recorded_at"), r)) for r in self.db.execute(
                 "SELECT submission, utc_ts, bundle, recorded_at FROM occurrences WHERE issue_id = ? "
-                "ORDER BY recorded_at, submission", (issue_id,))]
+                "ORDER BY utc_ts, recorded_at, submission", (issue_id,))]
         return base
 
     def _numbered(self, digits: str) -> list[dict[str, Any]]:

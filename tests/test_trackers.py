@@ -945,3 +945,16 @@ def test_replay_keeps_each_occurrences_capture_time_and_commit(tmp_path: Path, e
         assert shown["utc_ts"] == "20260801T000000Z"
     finally:
         db.close()
+
+
+def test_tracker_show_lists_occurrences_by_capture_time(tmp_path: Path, engine: Engine) -> None:
+    """Filed in one batch (the same second), they were listed by submission digest:
+    a capture of the 22nd above one of the 20th, in no order a reader could see."""
+    filed = [drafted(engine, utc_ts=ts) for ts in ("20260803T000000Z", "20260801T000000Z", "20260802T000000Z")]
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        db.file_many(filed)
+        listed = db.issue(filed[0][0].dedup_hash)["occurrence_list"]
+        assert [o["utc_ts"] for o in listed] == ["20260801T000000Z", "20260802T000000Z", "20260803T000000Z"]
+    finally:
+        db.close()
