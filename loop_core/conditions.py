@@ -15,7 +15,7 @@ from typing import Any
 
 import regex
 
-from .errors import PLUGIN_FAILURES, failure_text
+from .errors import PLUGIN_FAILURES, failure_text, pattern_text
 from .fastregex import GuardedRegex, affix_key, anchor_word
 from .view import MISSING, SIGNALS, View
 
@@ -235,7 +235,10 @@ def _check_top(first: str | int, text: str) -> None:
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
+    return _cut(repr(value), limit)
+
+
+def _cut(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -363,7 +366,7 @@ class Select(Condition):
     def _timed_out(self, view: View) -> None:
         view.timeouts += 1
         view.warnings.append(
-            f"regex {self.operand.pattern!r} on {self.selector.text} timed out after "
+            f"regex {pattern_text(self.operand.pattern)} on {self.selector.text} timed out after "
             f"{self.timeout:g}s; the rule does not match"
         )
 
@@ -371,7 +374,9 @@ class Select(Condition):
         values = self.selector.values(view)
         matched, detail = self._check(view, values)
         shown = "<missing>" if not values else _short(values[0] if len(values) == 1 else values)
-        label = f"{self.selector.text} {self.op} {_short(self._operand_text())}"
+        operand = (_cut(pattern_text(self.operand.pattern)) if self.op == "regex"
+                   else _short(self._operand_text()))
+        label = f"{self.selector.text} {self.op} {operand}"
         return Trace(label, matched, f"value {shown}" + (f"; {detail}" if detail else ""))
 
     def _operand_text(self) -> Any:
@@ -590,7 +595,7 @@ def _operand(op: str, value: Any, ignore_case: bool, where: str,
         try:
             return regexes(value, flags | regex.VERSION0)
         except regex.error as e:
-            raise ValueError(f"{where}: invalid regex {value!r}: {e}") from e
+            raise ValueError(f"{where}: invalid regex {pattern_text(value)}: {e}") from e
     if op == "contains":
         return _compile_contains(value, ignore_case, where)
     if op == "in":

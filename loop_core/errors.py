@@ -94,6 +94,16 @@ def show_traceback(message: str, error: BaseException) -> None:
 _SHOWN: set[tuple[object, ...]] = set()
 
 
+def pattern_text(pattern: str) -> str:
+    """A regex as a message shows it: as a YAML single-quoted scalar, the way rule files
+    write patterns (``'\\bkilled\\b'``, where Python's quoting doubles each backslash),
+    so it can be found in the file or pasted back; in Python's quoting when it holds a
+    character such a scalar cannot show (a newline, a control)."""
+    if pattern.isprintable():
+        return "'" + pattern.replace("'", "''") + "'"
+    return repr(pattern)
+
+
 def failure_detail(error: BaseException) -> str:
     """:func:`failure_text` without the exception's type."""
     if isinstance(error, SystemExit):

@@ -33,7 +33,7 @@ from .conditions import (
     Trace,
     compile_condition,
 )
-from .errors import PLUGIN_FAILURES, RuleError, failure_detail, show_traceback
+from .errors import PLUGIN_FAILURES, RuleError, failure_detail, pattern_text, show_traceback
 from .fastregex import GuardedRegex, RegexCache
 from .litscan import scanner
 from .prefilter import RuleIndex
@@ -635,18 +635,18 @@ def _regex_list(value: Any, where: str, problems: _Problems, regexes: RegexCache
         try:
             regexes.make(pattern, 0)
         except regex.error as e:
-            problems.add(f"{where}[{i}]: invalid regex {pattern!r}: {e}")
+            problems.add(f"{where}[{i}]: invalid regex {pattern_text(pattern)}: {e}")
             ok = False
     if not ok:
         return tuple(value)
     for i, pattern in enumerate(value):
         if i and _NUMBERED_REFERENCE.search(pattern) and any(regex.compile(p).groups for p in value[:i]):
-            problems.add(f"{where}[{i}]: {pattern!r} refers to a group by number, but the patterns are searched "
+            problems.add(f"{where}[{i}]: {pattern_text(pattern)} refers to a group by number, but the patterns are searched "
                          "as one regex where an earlier pattern's groups come first; use a named group")
     try:
         regexes.make(any_of(value), regex.IGNORECASE)
     except regex.error as e:
-        problems.add(f"{where}: the patterns are searched as one regex, {any_of(value)!r}, and that does not "
+        problems.add(f"{where}: the patterns are searched as one regex, {pattern_text(any_of(value))}, and that does not "
                      f"compile: {e} (a comment of a verbose pattern or an inline flag can cause this)")
     return tuple(value)
 

@@ -10,6 +10,7 @@ import regex
 
 from .conditions import All, Any_, Condition, Not, Select
 from .engine import Engine
+from .errors import pattern_text
 from .fastregex import GuardedRegex
 from .rules import Rule, RulePack, load_yaml_text
 from .testing import make_bundle
@@ -141,13 +142,13 @@ def _probe(guarded: GuardedRegex, timeout: float, where: str, errors: list[str],
         try:
             pattern.search(probe, timeout=timeout)
         except TimeoutError:
-            errors.append(f"{where}: regex {pattern.pattern!r} exceeded its {timeout:g}s timeout on a "
+            errors.append(f"{where}: regex {pattern_text(pattern.pattern)} exceeded its {timeout:g}s timeout on a "
                           f"{len(probe)}-character line (catastrophic backtracking)")
             break
     if _NESTED.search(pattern.pattern):
-        warnings.append(f"{where}: regex {pattern.pattern!r} nests quantifiers; it may backtrack catastrophically")
+        warnings.append(f"{where}: regex {pattern_text(pattern.pattern)} nests quantifiers; it may backtrack catastrophically")
     control = next((c for c in pattern.pattern if c in _YAML_ESCAPES), None)
     if control is not None:
-        warnings.append(f"{where}: regex {pattern.pattern!r} holds the control character {control!r}, which "
+        warnings.append(f"{where}: regex {pattern_text(pattern.pattern)} holds the control character {control!r}, which "
                         f"YAML makes of {_YAML_ESCAPES[control]} in double quotes; write the pattern in single "
                         "quotes")

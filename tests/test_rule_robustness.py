@@ -214,7 +214,7 @@ def test_signature_patterns_that_only_break_when_joined_are_reported(
 
 def test_signature_back_references_by_number_are_reported(tmp_path: Path, pm: pluggy.PluginManager) -> None:
     pack = write(tmp_path / "p", "pack.yml", "tier1_oom:\n  signature: ['(cuda) oom \\1', '(hip) oom \\1']\n")
-    assert "p/pack.yml: tier1_oom.signature[1]: '(hip) oom \\\\1' refers to a group by number" in problems_of(pack, pm)
+    assert "p/pack.yml: tier1_oom.signature[1]: '(hip) oom \\1' refers to a group by number" in problems_of(pack, pm)
     named = write(tmp_path / "q", "pack.yml",
                   "tier1_oom:\n  signature: ['(cuda) oom \\1', '(?P<h>hip) oom (?P=h)']\n")
     write(named, "10.yml", GOOD.format(id="r", cls="unknown", regex="zzz", example="zzz"))
@@ -440,3 +440,21 @@ def test_built_in_condition_kinds_refuse_odd_arguments_clearly(tmp_path: Path, p
                                                                 when: str, message: str) -> None:
     pack = write(tmp_path / "p", "10.yml", rule("k", when, cls="unknown"))
     assert message in problems_of(pack, pm)
+
+
+def test_a_pattern_is_shown_as_the_rule_file_writes_it(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    """Messages showed patterns in Python's quoting, every backslash doubled
+    ('\\\\bkilled ('), which is not what the rule file holds and cannot be searched for in it."""
+    pack = tmp_path / "p"
+    pack.mkdir()
+    rule = ("- id: r\n  class: unknown\n  description: d\n"
+            "  when: {{any: [{{select: $.signal.error_text, regex: {}}}, {{select: $.signal.error_text, regex: {}}}]}}\n"
+            "  examples: {{match: [killed]}}\n")
+    (pack / "10.yml").write_text(rule.format("'\\bkilled (it''s'", "x"))
+    assert "when.any[0]: invalid regex '\\bkilled (it''s': missing )" in problems_of(pack, pm)
+    (pack / "10.yml").write_text(rule.format("'\\bkilled\\b'", '"killed\\n"'))
+    traces = Engine.build(pack, pm).explain(make_bundle("nothing"))[1]
+    [rules] = [t for t in traces if t.matcher == "tier2-rules"]
+    labels = [child.label for child in rules.traces[0].children[0].children]
+    assert labels == ["$.signal.error_text regex '\\bkilled\\b'",
+                      "$.signal.error_text regex 'killed\\n'"]  # a newline cannot be shown raw: Python's quoting
