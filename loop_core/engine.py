@@ -17,7 +17,13 @@ import pluggy
 
 from .bundle import Bundle
 from .conditions import ConditionKind, Trace
-from .errors import PLUGIN_FAILURES, PluginError, RuleError, failure_text, show_traceback
+from .errors import (
+    PLUGIN_FAILURES,
+    PluginError,
+    RuleError,
+    failure_text,
+    show_traceback,
+)
 from .keys import normalize_text, tier2_fingerprint
 from .packs import PackInfo
 from .plugins import BUILTIN_PLUGINS, collect, make_plugin_manager

@@ -33,7 +33,13 @@ from .conditions import (
     Trace,
     compile_condition,
 )
-from .errors import PLUGIN_FAILURES, RuleError, failure_detail, pattern_text, show_traceback
+from .errors import (
+    PLUGIN_FAILURES,
+    RuleError,
+    failure_detail,
+    pattern_text,
+    show_traceback,
+)
 from .fastregex import GuardedRegex, RegexCache
 from .litscan import scanner
 from .prefilter import RuleIndex
