@@ -72,6 +72,7 @@ from .trackers import (
     checked_results,
     failures_named,
     review_payload,
+    tracker_failure,
 )
 from .trust import ConsensusIndex, graduation_set, trust_of
 from .verdict import Classification, FailureClass, Tier
@@ -149,9 +150,13 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
     elif prepare and verdict.should_file:
         assert occurrence is not None
         # "is True": a tracker's other answers (a plugin's "no", say) must not skip the filing.
-        with failures_named(getattr(counted, "__self__", counted), "counted"):
+        try:  # as failures_named does, without its cost on every bundle
             known = counted is not None and counted(dedup_key(bundle, verdict.failure_class.value).digest(),
                                                     occurrence.submission) is True
+        except (LoopError, OSError):
+            raise
+        except PLUGIN_FAILURES as e:
+            raise tracker_failure(getattr(counted, "__self__", counted), "counted", e) from e
         if known:
             return Processed(path, verdict=verdict, failure=True, occurrence=occurrence, anchor=anchor, counted=True,
                              settles=settles)

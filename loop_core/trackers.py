@@ -115,8 +115,13 @@ def failures_named(tracker: Any, what: str) -> Iterator[None]:
     except (LoopError, OSError):
         raise
     except PLUGIN_FAILURES as e:
-        name = getattr(tracker, "name", type(tracker).__name__)
-        raise TrackerError(f"tracker {name!r}: {what} raised {failure_text(e)}") from e
+        raise tracker_failure(tracker, what, e) from e
+
+
+def tracker_failure(tracker: Any, what: str, error: BaseException) -> TrackerError:
+    """The error :func:`failures_named` raises for ``error``, a plugin's exception."""
+    name = getattr(tracker, "name", type(tracker).__name__)
+    return TrackerError(f"tracker {name!r}: {what} raised {failure_text(error)}")
 
 
 class Tracker(Protocol):
