@@ -190,6 +190,108 @@ def test_a_run_takes_out_an_entry_the_reference_wrote_once_its_capture_is_decide
     assert [o["utc_ts"] for o in left["occurrences"]] == ["20260802T000000Z"]
 
 
+def test_learn_from_an_entry_the_reference_wrote_decides_its_failure_and_empties_the_queue(
+        pack: Path, tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    """Such an entry has no fingerprint and lists no occurrences: its fingerprint is worked
+    out from its error text and canonical tuple, and the entry, which stands for the one
+    capture decided, leaves the queue."""
+    captures = tmp_path / "captures"
+    write_bundle(captures / "m" / "20260801T000000Z", make_bundle(NOVEL))
+    invoke("run", str(captures), "--rules", str(pack))
+    (entry,) = _queue(captures)
+    Path(entry["_path"]).write_text(json.dumps({k: v for k, v in entry.items() if k in (
+        "canonical", "dedup_hash", "error_substring", "kind", "model_slug", "reason", "schema", "utc_ts")}))
+    result = invoke("learn", "--review", entry["dedup_hash"], "--captures", str(captures),
+                    "--as", "kernel-unsupported", "--rules", str(pack))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"learned: {entry['fingerprint']} -> kernel-unsupported")
+    assert "removed from the review queue" in result.output and _queue(captures) == []
+    verdict = Engine.build(pack, pm).classify(make_bundle(NOVEL))
+    assert (verdict.failure_class.value, verdict.matched_rule) == ("kernel-unsupported", entry["fingerprint"])
+
+
+def test_learn_from_the_queue_decides_the_error_still_unknown_not_one_a_new_rule_decides(
+        pack: Path, tmp_path: Path) -> None:
+    """A rule added since the run decides the error the entry is described by: learn must
+    pin the other error, the one still waiting, not a failure the pack decides already."""
+    captures = tmp_path / "captures"
+    _two_errors_one_entry(captures)
+    invoke("run", str(captures), "--rules", str(pack))
+    (entry,) = _queue(captures)
+    (pack / "05-frobnicator.yml").write_text(NOVEL_RULE)
+    other = json.loads(invoke("classify", str(captures / "m" / "20260802T000000Z"), "--rules", str(pack),
+                              "--format", "jsonl").output)
+    assert other["failure_class"] == "unknown" and other["fingerprint"] != entry["fingerprint"]
+    result = invoke("learn", "--review", entry["dedup_hash"], "--captures", str(captures), "--as", "unknown",
+                    "--rules", str(pack))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"learned: {other['fingerprint']} -> unknown")
+    assert "removed from the review queue" in result.output and _queue(captures) == []
+
+
+def test_learn_keeps_an_occurrence_whose_bundle_is_gone_unless_its_entry_is_the_error_learned(
+        pack: Path, tmp_path: Path) -> None:
+    """An occurrence whose bundle cannot be found is taken for decided only when the entry
+    is described by the failure learned: here it is described by the other error, which
+    nobody decided, so that occurrence stays in the queue."""
+    captures = tmp_path / "captures"
+    _two_errors_one_entry(captures)
+    invoke("run", str(captures), "--rules", str(pack))
+    (entry,) = _queue(captures)
+    assert "frobnicator" in entry["error_substring"]
+    shutil.move(str(captures / "m" / "20260801T000000Z"), str(tmp_path / "moved-away"))
+    result = invoke("learn", "--review", entry["dedup_hash"], "--captures", str(captures), "--as", "unknown",
+                    "--rules", str(pack))
+    assert result.exit_code == 0, result.output
+    assert "1 occurrence(s) taken out" in result.output and "1 with another error left in it" in result.output
+    (left,) = _queue(captures)
+    assert [o["utc_ts"] for o in left["occurrences"]] == ["20260801T000000Z"]
+    assert "frobnicator" in left["error_substring"]
+
+
+def test_after_learn_an_entry_shows_the_error_the_next_learn_decides(pack: Path, tmp_path: Path) -> None:
+    """Three errors in one entry, the first learned: the entry is described afresh by the
+    first error still waiting, the one `learn --review` takes next, so a maintainer who
+    reads `review list` and learns the entry decides the error they read."""
+    captures = tmp_path / "captures"
+    third = "RuntimeError: the widget count must be positive"
+    for ts, text in (("20260801T000000Z", NOVEL), ("20260802T000000Z", OTHER), ("20260803T000000Z", third)):
+        write_bundle(captures / "m" / ts, make_bundle({"manifest": {"utc_ts": ts},
+                                                       "pt3": {"failure_log_excerpt": text}}))
+    invoke("run", str(captures), "--rules", str(pack))
+    (entry,) = _queue(captures)
+    assert len(entry["occurrences"]) == 3
+    first = invoke("learn", "--review", entry["dedup_hash"], "--captures", str(captures),
+                   "--as", "kernel-unsupported", "--rules", str(pack))
+    assert "1 occurrence(s) taken out" in first.output and "2 with another error left in it" in first.output
+    (left,) = _queue(captures)
+    assert "No space left" in left["final_error"]
+    second = invoke("learn", "--review", entry["dedup_hash"], "--captures", str(captures), "--as", "unknown",
+                    "--rules", str(pack))
+    assert second.output.startswith(f"learned: {left['fingerprint']} -> unknown")
+    (last,) = _queue(captures)
+    assert [o["utc_ts"] for o in last["occurrences"]] == ["20260803T000000Z"] and "widget" in last["final_error"]
+
+
+def test_learn_from_an_entry_whose_failure_the_table_decides_already_says_so(pack: Path, tmp_path: Path) -> None:
+    """Its bundle moved away and its failure learned from the bundle itself: nothing is
+    left in the entry to learn from, whatever class is given."""
+    captures = tmp_path / "captures"
+    bundle = write_bundle(captures / "m" / "20260801T000000Z", make_bundle(NOVEL))
+    invoke("run", str(captures), "--rules", str(pack))
+    (entry,) = _queue(captures)
+    moved = tmp_path / "moved-away"
+    shutil.move(str(bundle), str(moved))
+    assert invoke("learn", str(moved), "--as", "kernel-unsupported", "--rules", str(pack)).exit_code == 0
+    for as_class in ("kernel-unsupported", "genuine-oom"):
+        result = invoke("learn", "--review", entry["dedup_hash"], "--captures", str(captures), "--as", as_class,
+                        "--rules", str(pack))
+        assert result.exit_code == 2, result.output
+        assert (f"review-queue entry {entry['dedup_hash']}: the failure it is described by is decided already "
+                f"({entry['fingerprint']} -> kernel-unsupported)") in result.output
+    assert len(_queue(captures)) == 1
+
+
 def test_learn_from_an_entry_with_two_errors_takes_out_only_the_one_decided(pack: Path, tmp_path: Path) -> None:
     """learn --review used to delete the whole entry: the other error, which nobody
     had decided, left the queue with it."""
@@ -424,6 +526,28 @@ def test_a_newline_in_a_folder_name_keeps_a_markdown_diff_row_whole(pack: Path, 
     assert row.startswith("| ") and row.endswith(" |") and "smol\\nlm" in row
 
 
+def test_a_bar_in_a_folder_name_keeps_a_markdown_diff_row_whole(pack: Path, tmp_path: Path) -> None:
+    # Unescaped, the bar splits the bundle's cell in two and shifts the class into the rule's column.
+    corpus = tmp_path / "corpus"
+    write_bundle(corpus / "smol|lm" / "1", make_bundle(NOVEL))
+    (pack / "45-frob.yml").write_text(SHADOW_RULE.replace("  mode: shadow\n", "").replace("trial-", "new-"))
+    md = invoke("diff", "--rules", str(pack), "--format", "markdown", str(corpus)).output
+    (row,) = [line for line in md.splitlines() if "new-frobnicator" in line]
+    assert "smol\\|lm" in row and row.replace("\\|", "").count("|") == 5
+
+
+def test_a_markdown_diff_longer_than_its_table_counts_the_rows_left_out() -> None:
+    """The Markdown lists 50 changed bundles: the 51st must be counted below them, or the
+    pull-request comment reads as if nothing more changed."""
+    from loop_core.maintain import Change, DiffReport
+
+    changes = [Change(f"corpus/m{i:02d}/1", "unknown", "genuine-oom", None, "oom", "aaaaaaaaaaaa", "bbbbbbbbbbbb")
+               for i in range(51)]
+    lines = DiffReport("default", "mine", bundles=51, changes=changes).markdown().splitlines()
+    assert len([line for line in lines if line.startswith("| `corpus/m")]) == 50
+    assert lines[-1] == "| … 1 more | | | |"
+
+
 @pytest.mark.parametrize(("option", "command"), [
     ("--against", ["diff", "--rules", "default", "--against", "nope", "."]),
     ("--compare", ["eval", "--corpus", ".", "--compare", "nope"]),
@@ -529,6 +653,50 @@ def test_lint_names_regexes_that_are_searched_over_whole_logs(tmp_path: Path) ->
     assert "short-text" not in out and "windowed" not in out  # a short text, and a pattern with a reach
 
 
+def test_lint_leaves_regexes_on_manifest_fields_alone_and_cuts_a_long_pattern(tmp_path: Path) -> None:
+    pack = tmp_path / "p"
+    pack.mkdir()
+    long_rx = r"[A-Z]{3}\d+ \w{2}" * 4
+    (pack / "10-slow.yml").write_text(
+        "- id: manifest-field\n  class: unknown\n  description: d\n"
+        "  when: {select: $.manifest.model, regex: '^[a-z]{2}/\\w+$'}\n"
+        "  examples: {match: [{manifest: {model: ab/cd}}], no_match: [fine]}\n"
+        f"- id: long\n  class: unknown\n  description: d\n  when: {{select: $.signal.all_text, regex: '{long_rx}'}}\n"
+        "  examples: {match: ['ABC1 okABC1 okABC1 okABC1 ok'], no_match: [fine]}\n")
+    out = invoke("check", "--rules", str(pack)).output
+    assert "manifest-field" not in out  # a manifest field is short: searching it whole costs nothing
+    assert f"long (line 9): regex '{long_rx[:57]}...' on $.signal.all_text has no literal of 3" in out
+
+
+def test_lint_counts_the_exact_entries_of_a_file_whose_rules_are_unreachable(tmp_path: Path) -> None:
+    pack = tmp_path / "p"
+    pack.mkdir()
+    (pack / "10-broad.yml").write_text(
+        "- id: broad\n  class: unknown\n  description: d\n  when: {select: $.signal.all_text, contains: Error}\n"
+        "  examples: {match: [KeyError], no_match: [fine]}\n")
+    (pack / "20-narrow.yml").write_text(
+        "rules:\n  - id: narrow\n    class: quant-unsupported\n    description: d\n"
+        "    when: {select: $.signal.all_text, contains: QuantError}\n"
+        "    examples: {match: [QuantError], no_match: [fine]}\n"
+        "exact:\n  'aaaaaaaaaaaa': unknown\n")
+    out = invoke("check", "--rules", str(pack)).output
+    assert "narrow (line 2): unreachable, can never win" in out
+    assert "contributes nothing" not in out  # its exact entry decides
+
+
+def test_an_empty_exact_table_is_where_learn_writes_not_an_idle_file(tmp_path: Path) -> None:
+    # Every decision turned into a rule and taken out of exact.yml by hand: `check --strict` in CI still passes.
+    pack = tmp_path / "p"
+    pack.mkdir()
+    (pack / "10-rule.yml").write_text(
+        "- id: frob\n  class: unknown\n  description: d\n  when: {select: $.signal.all_text, contains: frobnicator}\n"
+        "  examples: {match: [frobnicator], no_match: [fine]}\n")
+    (pack / "exact.yml").write_text("# Maintainer decisions, written by `loop-rules learn`.\nexact:\n")
+    result = invoke("check", "--strict", "--rules", str(pack))
+    assert result.exit_code == 0, result.output
+    assert "exact.yml" not in result.output
+
+
 def test_rules_version_is_stamped_into_verdicts_and_issue_bodies(pack: Path, pm: pluggy.PluginManager) -> None:
     from loop_core.dedup import draft_issue
 
@@ -557,7 +725,9 @@ def test_a_rule_that_misses_its_own_example_is_not_called_unreachable(tmp_path: 
                                       "exact: {}\n", "exact:\n  '0123456789ab': unknown\nrules: []\n",
                                       "exact:\n    '0123456789ab': unknown\n",  # another indentation
                                       "\ufeffexact:\n  '0123456789ab': unknown\n",  # a byte-order mark
-                                      "exact:  # pinned by hand\n  '0123456789ab': unknown\n"])
+                                      "exact:  # pinned by hand\n  '0123456789ab': unknown\n",
+                                      "exact:\n  '0123456789ab': unknown",  # no newline at the end
+                                      "exact:\n  '0123456789ab': unknown\n" + NOVEL_RULE])  # a block after it
 def test_learn_adds_to_any_exact_file_the_pack_loads(pack: Path, pm: pluggy.PluginManager, existing: str) -> None:
     (pack / "exact.yml").write_text(existing)
     assert learn(pack, "abcdefabcdef", "genuine-oom", condition_kinds(pm))
