@@ -302,3 +302,90 @@ def test_a_fingerprint_listed_twice_names_where_it_was_first(tmp_path: Path, pm:
     with pytest.raises(RuleError, match=r"p/20-b\.yml: exact: cc8c563478cd: listed twice with classes 'unknown' "
                                         r"and 'genuine-oom' \(first in \S*p/10-a\.yml\)"):
         Engine.build(pack, pm)
+
+
+def _decides(tmp_path: Path, pm: pluggy.PluginManager, when: str, bundle: dict[str, object] | str) -> bool:
+    """Whether a pack of one rule, ``when`` as written in YAML, decides ``bundle``."""
+    pack = write(tmp_path / "p", "10.yml", f"- id: r\n  class: unknown\n  description: d\n  when: {when}\n"
+                                           "  examples: {match: [x]}\n")
+    return Engine.build(pack, pm).classify(make_bundle(bundle)).matched_rule == "r"
+
+
+@pytest.mark.parametrize("when, bundle, decided", [
+    # contains {all: [...]} needs every phrase, {any: [...]} one of them
+    ("{select: $.signal.all_text, contains: {all: [alpha, beta]}}", "alpha and beta", True),
+    ("{select: $.signal.all_text, contains: {all: [alpha, beta]}}", "alpha alone", False),
+    ("{select: $.signal.all_text, contains: {any: [alpha, beta]}}", "beta alone", True),
+    # exists: false and truthy: false hold when the value is missing, or false
+    ("{select: $.manifest.extra, exists: false}", {}, True),
+    ("{select: $.manifest.extra, exists: false}", {"manifest": {"extra": 0}}, False),
+    ("{select: $.manifest.flag, truthy: false}", {"manifest": {"flag": 0}}, True),
+    ("{select: $.manifest.flag, truthy: false}", {"manifest": {"flag": 2}}, False),
+    # JSON true is not the number 1, nor 1 true; 1.0 is 1
+    ("{select: $.manifest.flag, equals: true}", {"manifest": {"flag": 1}}, False),
+    ("{select: $.manifest.flag, equals: 1}", {"manifest": {"flag": True}}, False),
+    ("{select: $.manifest.flag, in: [1, 2]}", {"manifest": {"flag": True}}, False),
+    ("{select: $.manifest.flag, equals: 1}", {"manifest": {"flag": 1.0}}, True),
+    # ignore_case: for equals, in, regex and the items of a list
+    ("{select: $.manifest.model, equals: ACME/X, ignore_case: true}", {"manifest": {"model": "acme/x"}}, True),
+    ("{select: $.manifest.model, equals: ACME/X}", {"manifest": {"model": "acme/x"}}, False),
+    ("{select: $.manifest.model, in: [other, ACME/X], ignore_case: true}", {"manifest": {"model": "acme/x"}}, True),
+    (r"{select: $.signal.all_text, regex: 'FROB\w+ refused', ignore_case: true}", "the frobnicator refused", True),
+    (r"{select: $.signal.all_text, regex: 'FROB\w+ refused'}", "the frobnicator refused", False),
+    ("{select: $.manifest.tags, contains: CHAT, ignore_case: true}", {"manifest": {"tags": ["Chat", "x"]}}, True),
+    ("{select: $.manifest.tags, contains: CHAT}", {"manifest": {"tags": ["Chat", "x"]}}, False),
+    # an index past a list's end selects nothing (no error)
+    ("{select: '$.manifest.tags[1]', exists: false}", {"manifest": {"tags": ["a"]}}, True),
+    # a regex never matches a value that is not text (no error)
+    ("{not: {select: $.manifest.flag, regex: '1'}}", {"manifest": {"flag": 1}}, True),
+    # any: an item without a literal to look for (equals) still decides
+    ("{any: [{select: $.signal.all_text, contains: zzfrob}, {select: $.manifest.model, equals: acme/x}]}",
+     {"manifest": {"model": "acme/x"}}, True),
+])
+def test_each_operator_decides_as_the_rule_reads(tmp_path: Path, pm: pluggy.PluginManager, when: str,
+                                                  bundle: dict[str, object] | str, decided: bool) -> None:
+    assert _decides(tmp_path, pm, when, bundle) is decided
+
+
+def test_explain_marks_a_holding_not_and_every_value(tmp_path: Path, bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    pack = write(tmp_path / "p", "10.yml", "- id: r\n  class: unknown\n  description: d\n"
+                 "  when: [{not: {select: $.signal.all_text, contains: zzfrob}}, "
+                 "{select: '$.manifest.tags[*]', exists: true}]\n  examples: {match: [x]}\n")
+    target = bundle_dir({"manifest": {"tags": ["chat", "tools"]}, "pt3": {"failure_log_excerpt": "boom"}})
+    out = CliRunner().invoke(cli, ["explain", "--rules", str(pack), str(target)]).output
+    lines = [line.strip() for line in out.splitlines()]
+    not_at = lines.index("+ not")  # it holds: what it negates does not
+    assert lines[not_at + 1].startswith("- $.signal.all_text contains {'any': ['zzfrob']}: value ")
+    assert "+ $.manifest.tags[*] exists True: value ['chat', 'tools']" in lines
+
+
+def test_explain_names_a_timeout_on_any_value(tmp_path: Path, bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    # The first value times out, the second does not match: the line must still say the search timed out.
+    pack = write(tmp_path / "p", "10.yml", "- id: slow\n  class: unknown\n  description: d\n"
+                 "  when: {select: '$.manifest.tags[*]', regex: '^(a+)+$'}\n  examples: {match: [x]}\n")
+    target = bundle_dir({"manifest": {"tags": ["a" * 50_000 + "!", "b"]}})
+    out = CliRunner().invoke(cli, ["explain", "--rules", str(pack), str(target)]).output
+    (line,) = [line for line in out.splitlines() if "$.manifest.tags[*] regex" in line]
+    assert line.strip().startswith("- ") and line.endswith("; timed out after 0.25s")
+
+
+@pytest.mark.parametrize("phrases", ["''", "[boom, '']", "{all: [boom, '']}"])
+def test_an_empty_phrase_to_look_for_is_refused(tmp_path: Path, pm: pluggy.PluginManager, phrases: str) -> None:
+    """An empty phrase occurs in every text: the rule would decide every bundle."""
+    pack = write(tmp_path / "p", "10.yml", "- id: r\n  class: unknown\n  description: d\n"
+                 f"  when: {{select: $.signal.all_text, contains: {phrases}}}\n  examples: {{match: [boom]}}\n")
+    with pytest.raises(RuleError, match=r"when\.contains: needs a non-empty string or list of non-empty strings"):
+        Engine.build(pack, pm)
+
+
+def test_conditions_may_nest_32_levels_deep_and_no_more(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    def nested(levels: int) -> str:
+        return "{not: " * levels + "{select: $.signal.error_text, contains: boom}" + "}" * levels
+
+    pack = write(tmp_path / "p", "10.yml", "- id: r\n  class: unknown\n  description: d\n"
+                 f"  when: {nested(32)}\n  examples: {{match: [x]}}\n")
+    assert Engine.build(pack, pm).classify(make_bundle("boom")).matched_rule == "r"  # an even number of nots
+    write(pack, "10.yml", "- id: r\n  class: unknown\n  description: d\n"
+          f"  when: {nested(33)}\n  examples: {{match: [x]}}\n")
+    with pytest.raises(RuleError, match="conditions nest more than 32 levels deep"):
+        Engine.build(pack, pm)
