@@ -303,6 +303,23 @@ def test_hash_label_alone_never_gives_a_plus_one(gh: FakeGh, captures: Path, fak
     assert tracker(captures, FakeClock()).file(draft, later).issue == 8
 
 
+def test_a_full_page_of_labels_is_not_taken_for_every_label(gh: FakeGh, captures: Path, fake_clock: FakeClock,
+                                                              failure: Any) -> None:
+    """`gh label list` shows 1000 labels at most: a dedup label past them must be looked
+    up all the same, or each new occurrence of a filed failure opens an issue of its own."""
+    draft, first = failure()
+    _, second = failure(ts="20260802T093000Z")
+    labels = {f"area:{i:04d}": {} for i in range(1000)}  # sorted before the dedup label
+    labels.update({name: {} for name in draft.labels})
+    issue = {"number": 1, "title": draft.title, "body": first_body(draft, first), "labels": list(draft.labels),
+             "state": "open", "comments": []}
+    gh.seed(labels=labels, issues=[issue])
+    result = tracker(captures, fake_clock).file(draft, second)
+    assert (result.action, result.issue, result.reason) == (FileAction.PLUS_ONE, 1, "plusone-body-verified")
+    assert [c[:2] for c in gh.calls()] == [["label", "list"], ["issue", "list"], ["issue", "comment"]]
+    assert len(gh.issues()) == 1
+
+
 def test_issue_with_more_than_100_comments_is_read_in_full(gh: FakeGh, captures: Path, fake_clock: FakeClock,
                                                            failure: Any) -> None:
     draft, first = failure()
@@ -512,6 +529,16 @@ def test_gh_trouble_spools_and_loses_nothing(how: str, gh: FakeGh, captures: Pat
         assert len(gh.calls()) == 1
 
 
+def test_a_failed_label_listing_sends_the_rest_of_the_run_to_the_spool(gh: FakeGh, captures: Path,
+                                                                         fake_clock: FakeClock, failure: Any) -> None:
+    # Nothing is filed without the label list: asking gh again for each later bundle only repeats the failure.
+    gh.mode("fail")
+    t = tracker(captures, fake_clock)
+    results = [t.file(*failure(model=f"acme/M{i}-7B")) for i in range(4)]
+    assert [r.reason for r in results] == ["gh-degraded:label-list rc=1"] * 4
+    assert gh.calls() == [["label", "list", "--limit", "1000", "--json", "name", "-R", REPO]]
+
+
 def test_replay_files_each_failure_once_and_then_nothing(gh: FakeGh, captures: Path, fake_clock: FakeClock,
                                                          failure: Any) -> None:
     drafts = [failure(model=m, ts=ts) for m in ("acme/A-7B", "acme/B-7B") for ts in ("20260801T0", "20260802T0")]
@@ -569,6 +596,50 @@ def test_timed_out_create_that_did_not_land_is_tried_once_more(captures: Path, f
     assert (result.action, result.reason) == (FileAction.SPOOLED, "gh-degraded:issue-create rc=124")
     assert [c[:2] for c in calls if c[0] == "issue"] == [["issue", "create"], ["issue", "list"], ["issue", "create"]]
     assert spooled(captures, draft) == [occ.submission]
+
+
+def test_a_create_gh_refused_is_not_tried_again(captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """Only a create that timed out may have landed unseen. One gh refused is spooled at
+    once: looking it up and creating again would double the writes against GitHub's limits."""
+    draft, occ = failure()
+    calls: list[list[str]] = []
+
+    def runner(argv: list[str], *, timeout: float) -> GhResult:
+        calls.append(argv)
+        if argv[:2] == ["issue", "create"]:
+            return GhResult(False, 1, "", "HTTP 422: Validation Failed")
+        return GhResult(True, 0, "[]", "")
+
+    result = GitHubTracker(captures, runner=runner, sleep=fake_clock.sleep, clock=fake_clock.clock).file(draft, occ)
+    assert (result.action, result.reason) == (FileAction.SPOOLED, "gh-degraded:issue-create rc=1")
+    assert [c[:2] for c in calls if c[0] == "issue"] == [["issue", "create"]]
+
+
+def test_a_create_whose_answer_names_no_issue_still_counts_as_opened(captures: Path, fake_clock: FakeClock,
+                                                                     failure: Any) -> None:
+    """gh created the issue but printed no URL: the occurrence is on it (its marker), and
+    spooling it would open a second issue for the failure on replay."""
+    draft, occ = failure()
+
+    def runner(argv: list[str], *, timeout: float) -> GhResult:
+        return GhResult(True, 0, "", "") if argv[:2] == ["issue", "create"] else GhResult(True, 0, "[]", "")
+
+    result = GitHubTracker(captures, runner=runner, sleep=fake_clock.sleep, clock=fake_clock.clock).file(draft, occ)
+    assert (result.action, result.issue, result.reason) == (FileAction.OPENED, None, "opened-new")
+    assert SpoolTracker(captures).pending() == []
+
+
+def test_a_call_that_printed_nothing_is_said_so(captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    draft, occ = failure()
+
+    def silent(argv: list[str], *, timeout: float) -> GhResult:
+        if argv[:2] == ["label", "list"]:
+            return GhResult(True, 0, json.dumps([{"name": draft.labels[0]}]), "")
+        return GhResult(True, 0, "", "")
+
+    t = GitHubTracker(captures, runner=silent, sleep=fake_clock.sleep, clock=fake_clock.clock)
+    assert t.file(draft, occ).reason == "gh-degraded:issue-list rc=0"
+    assert list(t.problems) == ["`gh issue list` answered unreadably: it printed nothing"]
 
 
 def test_raising_runner_and_bad_json_degrade(captures: Path, fake_clock: FakeClock, failure: Any) -> None:
@@ -729,7 +800,9 @@ def test_bootstrap_labels(gh: FakeGh, captures: Path, fake_clock: FakeClock) -> 
     assert all(c[-2:] == ["-R", REPO] for c in gh.calls())
     assert gh.repo()["labels"]["class:unknown"]["description"] == "loop-rules failure class: unknown"
     gh.mode("hang")
+    gh.forget_calls()
     assert tracker(captures, FakeClock(), timeout=0.5).bootstrap_labels() == {c: False for c in classes}
+    assert len(gh.calls()) == 1  # after the first call timed out, no other waits its turn to time out
 
 
 class MemoryTrackerPlugin:
@@ -814,6 +887,46 @@ def test_a_note_a_maintainer_writes_on_the_marker_line_keeps_the_first_submissio
     again = tracker(captures, FakeClock()).file(draft, occurrence)
     assert again.action is FileAction.ALREADY_COUNTED
     assert gh.issues()[0]["comments"] == []
+
+
+def test_a_code_block_a_maintainer_writes_above_the_marker_keeps_the_first_submission(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """The marker counts outside code blocks, read as GitHub reads them: a line with text
+    after its run of backticks closes no fence, and a longer run closes a shorter one."""
+    draft, occurrence = failure()
+    note = "\n\nTried locally:\n```\n``` python\nprint(1)\n````\n"
+    issue = {"number": 1, "title": draft.title, "body": draft.body + note
+             + f"\n<!-- loop-rules first-submission: {occurrence.submission} -->",
+             "labels": list(draft.labels), "state": "open", "comments": []}
+    gh.seed(labels={name: {} for name in draft.labels}, issues=[issue])
+    assert tracker(captures, fake_clock).file(draft, occurrence).action is FileAction.ALREADY_COUNTED
+    assert gh.issues()[0]["comments"] == []
+
+
+def test_a_tilde_line_in_fenced_capture_text_does_not_end_the_fence(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """An issue the reference opened carries no marker of ours: a `~~~` line in its fenced
+    log must not end a backtick fence, or a marker line after it, written by whoever wrote
+    the log, would mark another capture as counted."""
+    draft, _ = failure()
+    _, victim = failure(ts="20260802T093000Z")
+    log = f"\n\n**Log:**\n\n```\nINFO loading\n~~~\n<!-- loop-rules first-submission: {victim.submission} -->\n```"
+    issue = {"number": 1, "title": draft.title, "body": draft.body + log, "labels": list(draft.labels),
+             "state": "open", "comments": []}
+    gh.seed(labels={name: {} for name in draft.labels}, issues=[issue])
+    result = tracker(captures, fake_clock).file(draft, victim)
+    assert (result.action, result.issue) == (FileAction.PLUS_ONE, 1)
+    assert [plus_one_submission(c["body"]) for c in gh.issues()[0]["comments"]] == [victim.submission]
+
+
+def test_a_submission_that_could_end_the_marker_is_left_out_of_the_body(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """A spooled occurrence's submission is whatever its file says: one that is not a plain
+    token would end the marker's HTML comment and show its text (a mention, say) in the issue."""
+    draft, _ = failure()
+    odd = Occurrence("x --> @acme/maintainers look here <!--", "20260801T093000Z", None, "captures/x")
+    assert tracker(captures, fake_clock).file(draft, odd).action is FileAction.OPENED
+    assert gh.issues()[0]["body"] == draft.body
 
 
 def test_the_first_submission_marker_never_cuts_a_full_body(gh: FakeGh, captures: Path, fake_clock: FakeClock,
@@ -918,6 +1031,23 @@ def test_creates_that_keep_failing_stop_the_run_though_labels_are_made(
     made = [c[2] for c in gh.calls() if c[:2] == ["label", "create"]]
     assert len([name for name in made if name.startswith("loop:dedup-")]) == 3  # then the run stopped
     assert len(SpoolTracker(captures).pending()) == 6
+
+
+def test_failures_with_filings_that_go_through_between_them_do_not_stop_the_run(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """Three failures without a create getting through are an outage; one that gets through
+    in between starts the count again, so a flaky gh does not spool the rest of the run."""
+    creates = itertools.count()
+
+    def every_other_create_fails(argv: list[str], timeout: float) -> GhResult:
+        if argv[:2] == ["issue", "create"] and next(creates) % 2 == 0:
+            return GhResult(False, 1, "", "HTTP 502: simulated")
+        return run_gh(argv, timeout=timeout)
+
+    t = tracker(captures, fake_clock, runner=every_other_create_fails)
+    results = [t.file(*failure(model=f"acme/M{i}-7B")) for i in range(6)]
+    assert [r.action for r in results] == [FileAction.SPOOLED, FileAction.OPENED] * 3
+    assert len(gh.issues()) == 3 and len(SpoolTracker(captures).pending()) == 3
 
 
 @pytest.mark.parametrize("said", [
