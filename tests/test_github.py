@@ -581,38 +581,27 @@ def test_timed_out_create_that_landed_is_not_duplicated(gh: FakeGh, captures: Pa
     assert not (captures / "_dedup-queue").exists() or not any((captures / "_dedup-queue").glob("*.json"))
 
 
-def test_timed_out_create_that_did_not_land_is_tried_once_more(captures: Path, fake_clock: FakeClock,
-                                                               failure: Any) -> None:
+@pytest.mark.parametrize("answer, tries", [
+    (GhResult(False, 124, "", "timed out"), [["issue", "create"], ["issue", "list"], ["issue", "create"]]),
+    # Only a create that timed out may have landed unseen. One gh refused is spooled at once:
+    # looking it up and creating again would double the writes against GitHub's limits.
+    (GhResult(False, 1, "", "HTTP 422: Validation Failed"), [["issue", "create"]]),
+])
+def test_a_failed_create_is_tried_again_only_when_it_timed_out(captures: Path, fake_clock: FakeClock, failure: Any,
+                                                                answer: GhResult, tries: list[list[str]]) -> None:
     draft, occ = failure()
     calls: list[list[str]] = []
 
     def runner(argv: list[str], *, timeout: float) -> GhResult:
         calls.append(argv)
         if argv[:2] == ["issue", "create"]:
-            return GhResult(False, 124, "", "timed out")
+            return answer
         return GhResult(True, 0, "[]", "")
 
     result = GitHubTracker(captures, runner=runner, sleep=fake_clock.sleep, clock=fake_clock.clock).file(draft, occ)
-    assert (result.action, result.reason) == (FileAction.SPOOLED, "gh-degraded:issue-create rc=124")
-    assert [c[:2] for c in calls if c[0] == "issue"] == [["issue", "create"], ["issue", "list"], ["issue", "create"]]
+    assert (result.action, result.reason) == (FileAction.SPOOLED, f"gh-degraded:issue-create rc={answer.returncode}")
+    assert [c[:2] for c in calls if c[0] == "issue"] == tries
     assert spooled(captures, draft) == [occ.submission]
-
-
-def test_a_create_gh_refused_is_not_tried_again(captures: Path, fake_clock: FakeClock, failure: Any) -> None:
-    """Only a create that timed out may have landed unseen. One gh refused is spooled at
-    once: looking it up and creating again would double the writes against GitHub's limits."""
-    draft, occ = failure()
-    calls: list[list[str]] = []
-
-    def runner(argv: list[str], *, timeout: float) -> GhResult:
-        calls.append(argv)
-        if argv[:2] == ["issue", "create"]:
-            return GhResult(False, 1, "", "HTTP 422: Validation Failed")
-        return GhResult(True, 0, "[]", "")
-
-    result = GitHubTracker(captures, runner=runner, sleep=fake_clock.sleep, clock=fake_clock.clock).file(draft, occ)
-    assert (result.action, result.reason) == (FileAction.SPOOLED, "gh-degraded:issue-create rc=1")
-    assert [c[:2] for c in calls if c[0] == "issue"] == [["issue", "create"]]
 
 
 def test_a_create_whose_answer_names_no_issue_still_counts_as_opened(captures: Path, fake_clock: FakeClock,

@@ -517,23 +517,18 @@ def test_the_diff_table_counts_unreadable_bundles_as_the_markdown_does(tmp_path:
     assert "; 1 unreadable, not compared" in invoke("diff", "--rules", "reference", str(empty)).output
 
 
-def test_a_newline_in_a_folder_name_keeps_a_markdown_diff_row_whole(pack: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name, shown", [("smol\nlm", "smol\\nlm"), ("smol|lm", "smol\\|lm")])
+def test_an_odd_folder_name_keeps_a_markdown_diff_row_whole(pack: Path, tmp_path: Path, name: str,
+                                                             shown: str) -> None:
+    # Unescaped, a newline ends the row, and a bar splits the bundle's cell in two and
+    # shifts the class into the rule's column.
     corpus = tmp_path / "corpus"
-    write_bundle(corpus / "smol\nlm" / "1", make_bundle(NOVEL))
+    write_bundle(corpus / name / "1", make_bundle(NOVEL))
     (pack / "45-frob.yml").write_text(SHADOW_RULE.replace("  mode: shadow\n", "").replace("trial-", "new-"))
     md = invoke("diff", "--rules", str(pack), "--format", "markdown", str(corpus)).output
     (row,) = [line for line in md.splitlines() if "new-frobnicator" in line]
-    assert row.startswith("| ") and row.endswith(" |") and "smol\\nlm" in row
-
-
-def test_a_bar_in_a_folder_name_keeps_a_markdown_diff_row_whole(pack: Path, tmp_path: Path) -> None:
-    # Unescaped, the bar splits the bundle's cell in two and shifts the class into the rule's column.
-    corpus = tmp_path / "corpus"
-    write_bundle(corpus / "smol|lm" / "1", make_bundle(NOVEL))
-    (pack / "45-frob.yml").write_text(SHADOW_RULE.replace("  mode: shadow\n", "").replace("trial-", "new-"))
-    md = invoke("diff", "--rules", str(pack), "--format", "markdown", str(corpus)).output
-    (row,) = [line for line in md.splitlines() if "new-frobnicator" in line]
-    assert "smol\\|lm" in row and row.replace("\\|", "").count("|") == 5
+    assert row.startswith("| ") and row.endswith(" |") and shown in row
+    assert row.replace("\\|", "").count("|") == 5
 
 
 def test_a_markdown_diff_longer_than_its_table_counts_the_rows_left_out() -> None:
@@ -590,12 +585,18 @@ def test_learn_starts_a_new_pack_in_an_empty_folder(tmp_path: Path) -> None:
     assert invoke("classify", "--rules", str(tmp_path / "new"), "--format", "jsonl", str(bundle)).exit_code == 0
 
 
-def test_lint_finds_unreachable_rules_and_idle_files(tmp_path: Path) -> None:
+def _broad_pack(tmp_path: Path) -> Path:
+    """A pack whose first rule, ``broad``, decides every text with ``Error`` in it."""
     pack = tmp_path / "p"
     pack.mkdir()
     (pack / "10-broad.yml").write_text(
         "- id: broad\n  class: unknown\n  description: d\n  when: {select: $.signal.all_text, contains: Error}\n"
         "  examples: {match: [KeyError], no_match: [fine]}\n")
+    return pack
+
+
+def test_lint_finds_unreachable_rules_and_idle_files(tmp_path: Path) -> None:
+    pack = _broad_pack(tmp_path)
     (pack / "20-narrow.yml").write_text(
         "- id: narrow\n  class: quant-unsupported\n  description: d\n"
         "  when: {select: $.signal.all_text, contains: QuantError}\n  examples: {match: [QuantError]}\n")
@@ -669,11 +670,7 @@ def test_lint_leaves_regexes_on_manifest_fields_alone_and_cuts_a_long_pattern(tm
 
 
 def test_lint_counts_the_exact_entries_of_a_file_whose_rules_are_unreachable(tmp_path: Path) -> None:
-    pack = tmp_path / "p"
-    pack.mkdir()
-    (pack / "10-broad.yml").write_text(
-        "- id: broad\n  class: unknown\n  description: d\n  when: {select: $.signal.all_text, contains: Error}\n"
-        "  examples: {match: [KeyError], no_match: [fine]}\n")
+    pack = _broad_pack(tmp_path)
     (pack / "20-narrow.yml").write_text(
         "rules:\n  - id: narrow\n    class: quant-unsupported\n    description: d\n"
         "    when: {select: $.signal.all_text, contains: QuantError}\n"
