@@ -280,3 +280,79 @@ def test_a_large_corpus_gives_a_page_of_bounded_length(tmp_path: Path, monkeypat
     assert page.count("manifest.json: invalid JSON") == 3 and "… and 2 more: <code>loop-rules classify" in page
     assert "the 2 furthest from their prediction, of 3 OOM bundles with a delta" in page
     assert "acme/oom-2 @ 1" in page and "acme/oom-0 @ 1" not in page  # the bar nearest its prediction is left out
+
+
+def test_report_cards_charts_and_groups_show_the_corpus_numbers(captures: Path, tmp_path: Path) -> None:
+    """The numbers a reader takes from the page: the failures card counts bundles (not
+    classes), the biggest dedup group comes first, the funnel counts each anchor at every
+    stage it passed (its longest bar full width), and an OOM that used less than predicted
+    draws its bar left of the line."""
+    page = make_report(captures, tmp_path / "r.html")
+    assert '<div class="card"><b>20</b>failures</div>' in page
+    groups = page[page.index("<h2>Top dedup groups</h2>"):page.index("<h2>OOM: measured vs predicted</h2>")]
+    counts = [int(n) for n in re.findall(r'<tr><td class="num">(\d+)</td>', groups)]
+    assert len(counts) == 12 and counts == sorted(counts, reverse=True) and counts[0] == 2
+    funnel = page[page.index("<h2>Trust funnel</h2>"):page.index("<h2>Top dedup groups</h2>")]
+    bars = re.findall(r'>(\w+)</text><rect x="170" y="\d+" width="(\d+)"[^>]*/><text[^>]*>(\d+)</text>', funnel)
+    assert [(stage, int(n)) for stage, _w, n in bars] == [("raw", 5), ("candidate", 5), ("validated", 2), ("tier1", 2)]
+    assert bars[0][1] == "300"  # the largest count spans the chart
+    oom = page[page.index("<h2>OOM: measured vs predicted</h2>"):page.index("<h2>Review queue</h2>")]
+    mid = int(re.search(r'<line x1="(\d+)"', oom)[1])
+    rects = [(int(x), int(w)) for x, w in re.findall(r'<rect x="(\d+)" y="\d+" width="(\d+)"', oom)]
+    assert "-16578</text>" in oom and len(rects) == 3
+    assert all(x + w == mid for x, w in rects)  # every delta here is negative: each bar ends at the line
+
+
+def test_an_oom_that_used_exactly_its_prediction_has_a_bar(tmp_path: Path) -> None:
+    captures = tmp_path / "c"
+    predicted = {"weights_gb": 9.0, "kv_gb": 12.0, "overhead_gb": 1.5}  # 23,040 MiB
+    write_bundle(captures / "oom" / "1", make_bundle({
+        "manifest": {"model": "acme/exact", "model_id": "acme/exact"}, "pt1": {"predicted_b_breakdown": predicted},
+        "pt3": {"failure_log_excerpt": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB\n",
+                "actual": {"attempted_alloc_mib": 2560, "gpu_worker_reported_mib": 23_040}}}))
+    page = make_report(captures, tmp_path / "r.html")
+    assert "acme/exact @ 1</text>" in page and ">+0</text>" in page
+    assert "without a usable delta" not in page
+
+
+def test_review_and_unreadable_lists_of_exactly_the_shown_rows_have_no_more_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import report
+
+    monkeypatch.setattr(report, "SHOWN_ROWS", 2)
+    captures = tmp_path / "c"
+    for i in range(2):
+        write_bundle(captures / f"odd-{i}" / "1", make_bundle({
+            "manifest": {"model": f"acme/odd-{i}", "model_id": f"acme/odd-{i}"},
+            "pt3": {"failure_log_excerpt": f"odd failure {i}\n"}}))
+        (captures / f"broken-{i}" / "1").mkdir(parents=True)
+        (captures / f"broken-{i}" / "1" / "manifest.json").write_text("{")
+    assert CliRunner().invoke(cli, ["run", str(captures)]).exit_code == 0
+    page = make_report(captures, tmp_path / "r.html")
+    assert page.count("odd failure") == 2 and page.count("manifest.json: invalid JSON") == 2
+    assert "more entries" not in page and "… and" not in page
+
+
+def test_the_more_line_quotes_a_captures_folder_with_a_space(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The line names a command to copy: a folder with a space is quoted as a shell needs it."""
+    from loop_core import report
+
+    monkeypatch.setattr(report, "SHOWN_ROWS", 1)
+    captures = tmp_path / "my captures"
+    for i in range(2):
+        write_bundle(captures / f"odd-{i}" / "1", make_bundle({
+            "manifest": {"model": f"acme/odd-{i}", "model_id": f"acme/odd-{i}"},
+            "pt3": {"failure_log_excerpt": f"odd failure {i}\n"}}))
+    assert CliRunner().invoke(cli, ["run", str(captures)]).exit_code == 0
+    page = make_report(captures, tmp_path / "r.html")
+    assert f"… and 1 more entries: <code>loop-rules review list &#x27;{captures}&#x27;</code>" in page
+
+
+def test_a_review_queue_file_that_cannot_be_read_is_named_as_skipped(tmp_path: Path) -> None:
+    captures = tmp_path / "c"
+    write_bundle(captures / "m" / "1", make_bundle({"pt3": {"failure_log_excerpt": "something odd\n"}}))
+    assert CliRunner().invoke(cli, ["run", str(captures)]).exit_code == 0
+    os.mkfifo(captures / "_review-queue" / "0123456789ab.json")
+    page = make_report(captures, tmp_path / "r.html")
+    assert re.search(r"<tr><td colspan=\"4\">skipped: <code>[^<]*0123456789ab\.json: not a regular file", page)
+    assert "something odd" in page  # the readable entry is still listed
