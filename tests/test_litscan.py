@@ -311,8 +311,10 @@ def test_cached_databases_are_few_and_only_large_ones(cache_dir: Path, compiles:
     assert len(compiles) == 5 and len(list(cache_dir.glob("*.db"))) == 2
 
 
-def test_ahocorasick_only_keeps_hyperscan_out(fresh: litscan.LiteralScanner, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(litscan.ENV, "ahocorasick")
+@pytest.mark.parametrize("value", ["ahocorasick", "AhoCorasick"])  # the setting's case does not matter
+def test_ahocorasick_only_keeps_hyperscan_out(fresh: litscan.LiteralScanner, monkeypatch: pytest.MonkeyPatch,
+                                              value: str) -> None:
+    monkeypatch.setenv(litscan.ENV, value)
     litscan.use_scanner(None)
     scanner = litscan.scanner()
     assert scanner is not None and litscan.describe() == "ahocorasick_rs"
