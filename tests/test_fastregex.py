@@ -296,3 +296,40 @@ def test_the_characters_lower_treats_oddly_are_the_ones_named() -> None:
     to_ascii = [chr(c) for c in range(128, sys.maxunicode + 1) if chr(c).lower().isascii()]
     assert odd_length == [fastregex.LOWER_GROWS]
     assert to_ascii == [fastregex.LOWERS_TO_ASCII]
+
+
+_LONG_NOISE = "\n".join(f"INFO 05-17 10:00:{i % 60:02d} engine step {i} ok" for i in range(400))
+
+
+@pytest.mark.parametrize("pattern, text", [
+    # The match ends the text (no newline after it): the last window reaches the text's end.
+    (r"(?i)cuda out of memory", f"{_LONG_NOISE}\nRuntimeError: CUDA out of memory"),
+    # LATIN SMALL LETTER LONG S matches (?i)s but lower() keeps it: the literal "misaligned" is not in the text lower-cased.
+    (r"(?i)misaligned address", "RuntimeError: CUDA error: mi\u017faligned address"),
+    # KELVIN SIGN matches (?i)k and lower() makes it a "k": a read of the text as it is must not miss it.
+    (r"(?i)no kernel image", f"{_LONG_NOISE}\nno \u212aernel image is available for execution\n{_LONG_NOISE}"),
+    # The literal's first word may end a longer token ("torch.cuda"): only its inner words are whole tokens.
+    (r"(?i)(?:cuda) out of memory", f"{_LONG_NOISE}\ntorch.cuda out of memory\n{_LONG_NOISE}"),
+    # More literal hits than windows are kept: the hits past that many are searched too.
+    (r"(?i)error [^\n]{0,20}fatal", "\n".join(["error ok"] * 70 + ["error x fatal", _LONG_NOISE, _LONG_NOISE])),
+    # A negated class matches a newline, so a match can cross lines.
+    (r"(?i)killed[^xy]{1,3}process", f"{_LONG_NOISE}\nKilled\nprocess 4242\n{_LONG_NOISE}"),
+    # A group repeated zero times or more is in no match's required literals.
+    (r"(?i)(?:cuda )*out of memory", "RuntimeError: out of memory"),
+    (r"(?i)(?:device-side assert )*triggered", "assert triggered"),
+    # A second hit within the first hit's window still widens it by its own reach.
+    (r"error\s{1,3}code", f"{_LONG_NOISE}\nerror x\nerror\n\n\ncode 7\n{_LONG_NOISE}"),
+    # A literal with regex syntax in it ("c++") is found as written at each of its hits.
+    (r"(?i)c\+\+ compiler not found: \d", "\n".join([_LONG_NOISE, "C++ compiler not found: none", _LONG_NOISE,
+                                                      "C++ compiler not found: 7", _LONG_NOISE])),
+    # MICRO SIGN: (?i) matches it as GREEK SMALL LETTER MU, which lower() keeps.
+    (r"(?i)timeout after 5\u00b5s", "timeout after 5\u03bcs"),
+])
+def test_guarded_search_finds_what_a_plain_search_finds_in_odd_texts(lookup: str, pattern: str, text: str) -> None:
+    compiled = regex.compile(pattern)
+    plain = compiled.search(text)
+    guarded = GuardedRegex(compiled)
+    index = TextIndex(text)
+    found = guarded.search(text, index=index)
+    assert (found and found.span()) == (plain and plain.span())
+    assert guarded.test(text, index=index) == guarded.test(text) == (plain is not None)
