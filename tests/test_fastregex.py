@@ -320,8 +320,8 @@ _LONG_NOISE = "\n".join(f"INFO 05-17 10:00:{i % 60:02d} engine step {i} ok" for 
     # A second hit within the first hit's window still widens it by its own reach.
     (r"error\s{1,3}code", f"{_LONG_NOISE}\nerror x\nerror\n\n\ncode 7\n{_LONG_NOISE}"),
     # A literal with regex syntax in it ("c++") is found as written at each of its hits.
-    (r"(?i)c\+\+ compiler not found: \d", "\n".join([_LONG_NOISE, "C++ compiler not found: none", _LONG_NOISE,
-                                                      "C++ compiler not found: 7", _LONG_NOISE])),
+    (r"(?i)c\+\+ compiler not found: \d",
+     f"{_LONG_NOISE}\nC++ compiler not found: none\n{_LONG_NOISE}\nC++ compiler not found: 7\n{_LONG_NOISE}"),
     # MICRO SIGN: (?i) matches it as GREEK SMALL LETTER MU, which lower() keeps.
     (r"(?i)timeout after 5\u00b5s", "timeout after 5\u03bcs"),
 ])
