@@ -315,16 +315,22 @@ def test_an_oom_that_used_exactly_its_prediction_has_a_bar(tmp_path: Path) -> No
     assert "without a usable delta" not in page
 
 
+def _two_unknowns(captures: Path) -> Path:
+    """Captures of two distinct failures no rule decides: two review-queue entries after a run."""
+    for i in range(2):
+        write_bundle(captures / f"odd-{i}" / "1", make_bundle({
+            "manifest": {"model": f"acme/odd-{i}", "model_id": f"acme/odd-{i}"},
+            "pt3": {"failure_log_excerpt": f"odd failure {i}\n"}}))
+    return captures
+
+
 def test_review_and_unreadable_lists_of_exactly_the_shown_rows_have_no_more_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from loop_core import report
 
     monkeypatch.setattr(report, "SHOWN_ROWS", 2)
-    captures = tmp_path / "c"
+    captures = _two_unknowns(tmp_path / "c")
     for i in range(2):
-        write_bundle(captures / f"odd-{i}" / "1", make_bundle({
-            "manifest": {"model": f"acme/odd-{i}", "model_id": f"acme/odd-{i}"},
-            "pt3": {"failure_log_excerpt": f"odd failure {i}\n"}}))
         (captures / f"broken-{i}" / "1").mkdir(parents=True)
         (captures / f"broken-{i}" / "1" / "manifest.json").write_text("{")
     assert CliRunner().invoke(cli, ["run", str(captures)]).exit_code == 0
@@ -338,11 +344,7 @@ def test_the_more_line_quotes_a_captures_folder_with_a_space(tmp_path: Path, mon
     from loop_core import report
 
     monkeypatch.setattr(report, "SHOWN_ROWS", 1)
-    captures = tmp_path / "my captures"
-    for i in range(2):
-        write_bundle(captures / f"odd-{i}" / "1", make_bundle({
-            "manifest": {"model": f"acme/odd-{i}", "model_id": f"acme/odd-{i}"},
-            "pt3": {"failure_log_excerpt": f"odd failure {i}\n"}}))
+    captures = _two_unknowns(tmp_path / "my captures")
     assert CliRunner().invoke(cli, ["run", str(captures)]).exit_code == 0
     page = make_report(captures, tmp_path / "r.html")
     assert f"… and 1 more entries: <code>loop-rules review list &#x27;{captures}&#x27;</code>" in page
