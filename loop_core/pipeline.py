@@ -69,6 +69,7 @@ from .trackers import (
     ReviewQueue,
     Settled,
     Tracker,
+    built_in,
     checked_results,
     failures_named,
     review_payload,
@@ -156,7 +157,10 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
         except (LoopError, OSError):
             raise
         except PLUGIN_FAILURES as e:
-            raise tracker_failure(getattr(counted, "__self__", counted), "counted", e) from e
+            owner = getattr(counted, "__self__", counted)
+            if built_in(owner):
+                raise  # loop-rules' own bug: an internal error, as in failures_named
+            raise tracker_failure(owner, "counted", e) from e
         if known:
             return Processed(path, verdict=verdict, failure=True, occurrence=occurrence, anchor=anchor, counted=True,
                              settles=settles)

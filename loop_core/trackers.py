@@ -108,14 +108,22 @@ def failures_named(tracker: Any, what: str) -> Iterator[None]:
     refusal) goes up as it is; anything else, a plugin's bug or its ``sys.exit``,
     becomes a :class:`TrackerError` that names the tracker. As an internal error's
     line, or a quiet exit with the plugin's status, it did not say which tracker
-    stopped the filing.
+    stopped the filing. A built-in tracker's exception is loop-rules' own bug, and
+    goes up as it is: an internal error.
     """
     try:
         yield
     except (LoopError, OSError):
         raise
     except PLUGIN_FAILURES as e:
+        if built_in(tracker):
+            raise
         raise tracker_failure(tracker, what, e) from e
+
+
+def built_in(tracker: Any) -> bool:
+    """Whether ``tracker`` is one of loop-rules' own (SQLite, GitHub, spool)."""
+    return type(tracker).__module__.startswith("loop_core.")
 
 
 def tracker_failure(tracker: Any, what: str, error: BaseException) -> TrackerError:

@@ -862,6 +862,31 @@ def test_a_tracker_whose_filing_raises_is_named_not_an_internal_error(
     assert result.stderr == f"Error: tracker 'raising': {where} raised ValueError: no column 'x'\n"
 
 
+@pytest.mark.parametrize("method", ["_file", "counted"])
+def test_a_bug_in_the_built_in_tracker_stays_an_internal_error(
+        captures: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], method: str) -> None:
+    """A plugin's tracker that raises is named as the plugin's; the SQLite tracker's own
+    exception is a bug of loop-rules, and says so (status 70)."""
+    import gc
+
+    from loop_core import cli as cli_module
+    from loop_core.trackers import SqliteTracker
+
+    if method == "counted":  # asked of a tracker that holds occurrences
+        assert run_json(captures)["filed_new"] > 0
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("no such column: x")
+
+    monkeypatch.setattr(SqliteTracker, method, broken)
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # main() ends processes; this one goes on
+    with pytest.raises(SystemExit) as stopped:
+        cli_module.main(["run", str(captures)])
+    assert stopped.value.code == 70
+    assert capsys.readouterr().err == ("loop-rules: internal error: ValueError: no such column: x "
+                                       "(set LOOP_RULES_DEBUG=1 for the traceback)\n")
+
+
 def test_loop_rules_debug_shows_where_a_tracker_s_filing_raised(
         cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
