@@ -90,14 +90,13 @@ def run_gh(argv: Sequence[str], *, timeout: float = 30.0) -> GhResult:
     """
     env = {**os.environ, "GH_PROMPT_DISABLED": "1", "GH_NO_UPDATE_NOTIFIER": "1", "NO_COLOR": "1"}
     try:
-        proc = subprocess.Popen(
-            ["gh", *argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, encoding="utf-8", errors="replace", start_new_session=True, env=env)
+        proc, held_mask = _start_gh(argv, env)
     except FileNotFoundError:
         return GhResult(False, 127, "", "gh: command not found")
     except (OSError, ValueError) as e:
         return GhResult(False, 1, "", f"gh: {e}")
     try:
+        _let_through(held_mask)  # a Ctrl-C that came while gh was starting is raised here
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
@@ -111,6 +110,36 @@ def run_gh(argv: Sequence[str], *, timeout: float = 30.0) -> GhResult:
         _kill_group(proc)
         raise
     return GhResult(proc.returncode == 0, proc.returncode, out or "", err or "")
+
+
+_STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+def _start_gh(argv: Sequence[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], Any]:
+    """Start ``gh`` with Ctrl-C and SIGTERM held back, and return it with the signal
+    mask to go back to once the caller can stop it.
+
+    ``Popen`` runs Python code after the fork; a Ctrl-C raised there left the new
+    ``gh`` running, unknown to anyone, free to file after loop-rules had ended.
+    Where signals cannot be held back (not POSIX), that window stays open.
+    """
+    held_mask = (signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+                 if hasattr(signal, "pthread_sigmask") else None)
+    try:
+        proc = subprocess.Popen(
+            ["gh", *argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, encoding="utf-8", errors="replace", start_new_session=True, env=env)
+    except BaseException:
+        _let_through(held_mask)
+        raise
+    return proc, held_mask
+
+
+def _let_through(held_mask: Any) -> None:
+    """Go back to the signal mask :func:`_start_gh` found: a signal that came
+    meanwhile is raised now."""
+    if held_mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held_mask)
 
 
 # The kernel's limit on one command-line argument is 128 KiB (MAX_ARG_STRLEN): a body of

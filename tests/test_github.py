@@ -195,8 +195,40 @@ def test_ctrl_c_while_gh_runs_stops_gh_too(gh: FakeGh, tmp_path: Path) -> None:
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=30)
+    assert fakes_gone(tmp_path)
 
-    def fakes_alive() -> list[str]:
+
+def test_ctrl_c_while_gh_is_starting_stops_gh_too(gh: FakeGh, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl-C that lands inside Popen, after the fork, is held back until run_gh can
+    stop the gh it started, instead of leaving gh to file on its own."""
+    import signal
+    import threading
+
+    gh.mode("hang")
+    start = subprocess.Popen
+
+    def started(proc: subprocess.Popen[str]) -> subprocess.Popen[str]:
+        return proc
+
+    def start_then_ctrl_c(*args: Any, **kwargs: Any) -> subprocess.Popen[str]:
+        proc = start(*args, **kwargs)
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+        return started(proc)  # a pending Ctrl-C is raised on entering a Python function
+
+    monkeypatch.setattr(subprocess, "Popen", start_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        run_gh(["issue", "list"], timeout=60)
+    assert fakes_gone(tmp_path)
+
+
+def fakes_gone(tmp_path: Path) -> bool:
+    """Whether every fake gh started from ``tmp_path/bin`` has ended (within 5 s).
+    Any still running is then killed, so that a failing test leaves none behind."""
+    import signal
+    import time
+
+    def alive() -> list[str]:
         out = []
         for entry in Path("/proc").iterdir():
             with contextlib.suppress(OSError):
@@ -205,9 +237,13 @@ def test_ctrl_c_while_gh_runs_stops_gh_too(gh: FakeGh, tmp_path: Path) -> None:
         return out
 
     deadline = time.monotonic() + 5
-    while fakes_alive() and time.monotonic() < deadline:
+    while alive() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert fakes_alive() == []
+    left = alive()
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(int(pid), signal.SIGKILL)
+    return left == []
 
 
 # -- filing ------------------------------------------------------------------
