@@ -738,9 +738,9 @@ def eval_(corpus: Path, rules: str, split: str, compare_with: str | None, fmt: s
         click.echo(f"\nmisses of {r.pack} ({len(r.misses)}):")
         for miss in r.misses:
             hard = " (hard)" if miss["hard"] else ""
+            by = "(no rule matched)" if miss["rule"] is None else f"by {_shown(miss['rule'])}"
             # The id is the case file's text: escaped as any text from a file is.
-            click.echo(f"  {_shown(miss['id'])}: expected {miss['expected']}, got {miss['got']} "
-                       f"by {_shown(miss['rule'])}{hard}")
+            click.echo(f"  {_shown(miss['id'])}: expected {miss['expected']}, got {miss['got']} {by}{hard}")
 
 
 def _measure(value: float | None) -> str:

@@ -556,7 +556,20 @@ def test_eval_writes_the_controls_of_a_case_id_as_escapes(tmp_path: Path) -> Non
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-1] == (
-        "  evil\\x1b[2J\\u202eid: expected genuine-oom, got unknown by None")
+        "  evil\\x1b[2J\\u202eid: expected genuine-oom, got unknown (no rule matched)")
+
+
+def test_eval_names_the_rule_behind_a_wrong_class_and_says_when_none_matched(tmp_path: Path) -> None:
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB"
+    (tmp_path / "a.yml").write_text(CASE.format(id="a", hard="true", excerpt=oom).replace(
+        "label: genuine-oom", "label: unknown"))
+    (tmp_path / "b.yml").write_text(CASE.format(id="b", hard="false", excerpt="nothing"))
+    result = subprocess.run([sys.executable, "-m", "loop_core", "eval", "--corpus", str(tmp_path),
+                             "--rules", "reference"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-2:] == [
+        "  a: expected unknown, got genuine-oom by tier1-oom-fastpath (hard)",
+        "  b: expected genuine-oom, got unknown (no rule matched)"]
 
 
 def test_eval_says_n_a_for_a_class_the_corpus_has_no_case_of(tmp_path: Path) -> None:
