@@ -19,6 +19,7 @@ OOM = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00
 CONTRACT = {"bundle", "schema", "reader_error", "failure_class", "tier", "matched_rule", "fingerprint",
             "error_substring", "should_file", "review_queue", "route_as_kv_calc_bug", "delta_mib",
             "consensus_key", "dedup_tuple", "dedup_hash", "labels"}
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "pull-captures"
 
 
 def invoke(*args: str):  # type: ignore[no-untyped-def]
@@ -724,3 +725,44 @@ def test_a_typed_pack_name_that_a_folder_here_shares_is_said_to_be_the_pack(
         assert invoke(*args).stderr == "", args
     assert "--against default is the registered pack" in invoke(
         "diff", "--rules", "./default", "--against", "default", "captures").stderr
+
+
+def test_classify_counts_a_lone_success_in_the_singular() -> None:
+    last = invoke("classify", str(EXAMPLES / "qwen-qwen2.5-7b-instruct")).output.splitlines()[-1]
+    assert last == "1 bundle(s): 1 success"
+
+
+def test_explain_names_the_pack_and_its_rules_version() -> None:
+    from loop_core import Engine
+
+    out = invoke("explain", str(EXAMPLES / "qwen-qwen3-14b" / "20261126T101112Z")).output
+    assert f"pack: default (rules_version {Engine.build('default').pack.version})" in out.splitlines()
+
+
+def test_explain_json_marks_only_the_matcher_that_decided(bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    path = bundle_dir("RuntimeError: CUDA error: no kernel image is available for execution on the device")
+    matchers = json.loads(invoke("explain", "--format", "json", str(path)).output)["matchers"]
+    assert [(m["matcher"], m["matched"]) for m in matchers] == [
+        ("tier1-oom-fastpath", False), ("tier2-exact", False), ("tier2-rules", True)]
+
+
+def test_explain_on_a_folder_of_many_bundles_names_three_of_them(tmp_path: Path) -> None:
+    from loop_core.testing import make_bundle, write_bundle
+
+    for day in range(1, 5):
+        write_bundle(tmp_path / "m" / f"2026080{day}T000000Z", make_bundle(OOM))
+    result = invoke("explain", str(tmp_path / "m"))
+    assert result.exit_code == 2
+    shown = ", ".join(str(tmp_path / "m" / f"2026080{day}T000000Z") for day in (1, 2, 3))
+    assert f"a folder of 4 bundle(s), not a bundle; give one of them: {shown}, ...\n" in result.output
+
+
+def test_explain_says_a_later_matcher_that_also_matches_was_not_used(tmp_path: Path, bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "pack").mkdir()
+    (tmp_path / "pack" / "10.yml").write_text(
+        "- id: any-oom\n  class: genuine-oom\n  description: d\n"
+        "  when: {select: $.signal.error_text, contains: out of memory}\n"
+        "  examples: {match: [out of memory], no_match: [bang]}\n")
+    out = invoke("explain", "--rules", str(tmp_path / "pack"), str(bundle_dir(OOM))).output.splitlines()
+    assert "[tier1] tier1-oom-fastpath: MATCH" in out
+    assert "[tier2] tier2-rules: match (not used: an earlier matcher decided)" in out

@@ -179,10 +179,11 @@ def test_check_reports_a_catastrophic_regex(tmp_path: Path) -> None:
     assert "nests quantifiers" in result.output
 
 
-def test_classify_reports_a_regex_timeout(tmp_path: Path, bundle_dir) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("command", ["classify", "explain"])
+def test_classify_and_explain_report_a_regex_timeout(tmp_path: Path, bundle_dir, command: str) -> None:  # type: ignore[no-untyped-def]
     pack = write(tmp_path / "p", "10.yml", CATASTROPHIC)
     target = bundle_dir("a" * 50_000 + "!")
-    result = CliRunner().invoke(cli, ["classify", "--rules", str(pack), str(target)])
+    result = CliRunner().invoke(cli, [command, "--rules", str(pack), str(target)])
     assert result.exit_code == 0
     assert "warning: rule 'slow': regex '^(a+)+$' on $.signal.error_text timed out" in result.output
 
