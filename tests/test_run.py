@@ -949,3 +949,9 @@ def test_tracker_show_shortens_a_manifest_submission_to_16_digits_as_the_others(
     # The bundles stay in one column.
     columns = {line.index(str(captures)) for line in lines[lines.index("occurrences:") + 1:]}
     assert len(columns) == 1
+
+
+def test_tracker_show_prints_the_issue_body_line_by_line(captures: Path) -> None:
+    run_json(captures)
+    shown = invoke("tracker", "show", captures, "1").stdout
+    assert "## Loop deduped failure issue" in shown.splitlines() and "\\n" not in shown
