@@ -592,9 +592,11 @@ def test_eval_says_n_a_for_a_class_the_corpus_has_no_case_of(tmp_path: Path) -> 
 
 
 def test_trust_summary_counts_gate_only_bundles_by_name() -> None:
-    examples = Path(__file__).resolve().parent.parent / "examples" / "pull-captures"
-    last = invoke("trust", str(examples)).output.splitlines()[-1]
+    lines = invoke("trust", str(EXAMPLES)).output.splitlines()
+    last = lines[-1]
     assert "no stage 3" in last and ", - " not in last and not last.split(": ", 1)[1].startswith("- ")
+    gate_only = [line for line in lines if "gate-only" in line]
+    assert len(gate_only) == 3 and all(line.split()[1:] == ["-", "gate-only", "bundle"] for line in gate_only)
 
 
 @pytest.mark.parametrize("jobs", ["65", "99999999999999999999"])
@@ -757,12 +759,34 @@ def test_explain_on_a_folder_of_many_bundles_names_three_of_them(tmp_path: Path)
     assert f"a folder of 4 bundle(s), not a bundle; give one of them: {shown}, ...\n" in result.output
 
 
-def test_explain_says_a_later_matcher_that_also_matches_was_not_used(tmp_path: Path, bundle_dir) -> None:  # type: ignore[no-untyped-def]
+def _oom_pack(tmp_path: Path, matches: str = "out of memory") -> Path:
+    """A pack of one rule that any text saying "out of memory" matches, with ``matches`` as its match examples."""
     (tmp_path / "pack").mkdir()
     (tmp_path / "pack" / "10.yml").write_text(
         "- id: any-oom\n  class: genuine-oom\n  description: d\n"
         "  when: {select: $.signal.error_text, contains: out of memory}\n"
-        "  examples: {match: [out of memory], no_match: [bang]}\n")
-    out = invoke("explain", "--rules", str(tmp_path / "pack"), str(bundle_dir(OOM))).output.splitlines()
+        f"  examples: {{match: [{matches}], no_match: [bang]}}\n")
+    return tmp_path / "pack"
+
+
+def test_explain_says_a_later_matcher_that_also_matches_was_not_used(tmp_path: Path, bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    out = invoke("explain", "--rules", str(_oom_pack(tmp_path)), str(bundle_dir(OOM))).output.splitlines()
     assert "[tier1] tier1-oom-fastpath: MATCH" in out
     assert "[tier2] tier2-rules: match (not used: an earlier matcher decided)" in out
+
+
+def test_test_verbose_lists_the_passing_cases_and_json_counts_them(tmp_path: Path) -> None:
+    pack = _oom_pack(tmp_path, matches="out of memory, bang")
+    out = invoke("test", "--rules", str(pack), "--examples-only", "-v").output.splitlines()
+    assert out[0] == f"PASS {pack}/10.yml[0] any-oom examples.match[0]"
+    assert out[1].startswith(f"FAIL {pack}/10.yml[0] any-oom (line 5) examples.match[1]: expected match, got no match")
+    assert out[2:] == [f"PASS {pack}/10.yml[0] any-oom examples.no_match[0]", "2 passed, 1 failed"]
+    doc = json.loads(invoke("test", "--rules", str(pack), "--examples-only", "--format", "json").output)
+    assert (doc["passed"], doc["failed"]) == (2, 1)
+
+
+def test_eval_marks_a_missed_hard_case(tmp_path: Path) -> None:
+    (tmp_path / "a.yml").write_text(CASE.format(id="c1", hard="true", excerpt="nothing"))
+    (tmp_path / "b.yml").write_text(CASE.format(id="c2", hard="false", excerpt="nothing"))
+    assert invoke("eval", "--corpus", str(tmp_path)).output.splitlines()[-2:] == [
+        "  c1: expected genuine-oom, got unknown by None (hard)", "  c2: expected genuine-oom, got unknown by None"]
