@@ -97,6 +97,8 @@ def test_a_failure_learned_as_unknown_stays_out_of_the_review_queue(pack: Path, 
     summary = json.loads(invoke("run", str(captures), "--rules", str(pack), "--format", "json").output)
     assert summary["review_queued"] == 0 and summary["by_class"] == {"unknown": 1}
     assert json.loads(invoke("review", "list", str(captures), "--format", "json").output) == []
+    table = invoke("run", str(captures), "--rules", str(pack)).output.splitlines()
+    assert "review queue: 0 newly queued; suppressed (benign): 0; dismissed (learned as unknown): 1" in table
     row = json.loads(invoke("classify", str(captures), "--rules", str(pack), "--format", "jsonl").output)
     assert (row["failure_class"], row["matched_rule"], row["review_queue"]) == (
         "unknown", entry["fingerprint"], False)
@@ -132,8 +134,9 @@ def test_a_run_takes_out_of_the_queue_what_a_new_rule_now_decides(pack: Path, tm
     (entry,) = _queue(captures)
     assert len(entry["occurrences"]) == 2 and "frobnicator" in entry["error_substring"]
     (pack / "05-frobnicator.yml").write_text(NOVEL_RULE)
-    summary = json.loads(invoke("run", str(captures), "--rules", str(pack), "--format", "json").output)
-    assert (summary["filed_new"], summary["review_settled"], summary["already_counted"]) == (1, 1, 1)
+    table = invoke("run", str(captures), "--rules", str(pack)).output.splitlines()
+    assert "filed into sqlite: 1 new, 0 +1, 1 already counted, 0 spooled" in table
+    assert "review queue: 0 newly queued, 1 decided since and taken out; suppressed (benign): 0" in table
     (left,) = _queue(captures)
     assert [o["utc_ts"] for o in left["occurrences"]] == ["20260802T000000Z"]
     assert "no space left" in left["error_substring"] and "No space left" in left["final_error"]
@@ -311,6 +314,15 @@ def test_learn_from_an_entry_with_two_errors_takes_out_only_the_one_decided(pack
     assert (summary["filed_new"], summary["review_queued"], summary["already_counted"]) == (1, 0, 1)
 
 
+def test_learn_refuses_a_review_hash_given_with_a_bundle_too(pack: Path, tmp_path: Path) -> None:
+    bundle_path = write_bundle(tmp_path / "b", make_bundle(NOVEL))
+    before = {p.name: p.read_text() for p in pack.glob("*.yml")}
+    result = invoke("learn", str(bundle_path), "--review", "0123456789ab", "--captures", str(tmp_path),
+                    "--as", "unknown", "--rules", str(pack))
+    assert (result.exit_code, result.output) == (2, "Error: --review HASH needs --captures DIR and no BUNDLE\n")
+    assert {p.name: p.read_text() for p in pack.glob("*.yml")} == before
+
+
 def test_learn_refuses_a_failure_without_error_text(pack: Path, tmp_path: Path) -> None:
     """A gate refusal has no error text: its fingerprint hashes only the architecture
     and engine, so learning it decided every gate refusal of that pair at once."""
@@ -449,6 +461,8 @@ def test_shadow_rules_never_decide_but_are_reported(pack: Path, tmp_path: Path, 
     assert "verdict: unknown" in out
     report = json.loads(invoke("diff", "--rules", str(pack), "--format", "json", str(path)).output)
     assert report["shadow_matches"] == {"trial-frobnicator": 1} and report["changed"] == 0
+    table = invoke("diff", "--rules", str(pack), str(path)).output.splitlines()
+    assert table[1:] == ["  shadow rule trial-frobnicator would match 1 bundle(s)"]
 
 
 def test_diff_lists_changes_with_transitions(pack: Path, tmp_path: Path) -> None:
@@ -463,8 +477,11 @@ def test_diff_lists_changes_with_transitions(pack: Path, tmp_path: Path) -> None
     (change,) = report["changes"]
     assert change["fields"] == ["class", "rule", "dedup_hash"]
     assert change["new"]["rule"] == "new-frobnicator"
+    table = invoke("diff", "--rules", str(pack), str(corpus)).output.splitlines()
+    assert table[2:] == ["  a/1: unknown (None) -> overlay-arch-drift (new-frobnicator) [class, rule, dedup_hash]"]
     md = invoke("diff", "--rules", str(pack), "--format", "markdown", str(corpus)).output
     assert "| `unknown` | `overlay-arch-drift` | 1 |" in md
+    assert md.endswith(" |\n")  # ready to paste: no blank line after the table
     assert invoke("diff", "--rules", str(pack), "--fail-on-change", str(corpus)).exit_code == 1
     assert invoke("diff", "--rules", "default", "--fail-on-change", str(corpus)).exit_code == 0
 
