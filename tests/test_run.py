@@ -193,6 +193,7 @@ def test_dry_run_writes_nothing(captures: Path) -> None:
     assert tree(captures) == before
     out = invoke("run", captures, "--dry-run").stdout
     assert "dry run: 13 would be filed; nothing was written" in out
+    assert "browse:" not in out  # no tracker to browse
     assert tree(captures) == before
 
 
