@@ -956,3 +956,21 @@ def test_tracker_show_prints_the_issue_body_line_by_line(captures: Path) -> None
     run_json(captures)
     shown = invoke("tracker", "show", captures, "1").stdout
     assert "## Loop deduped failure issue" in shown.splitlines() and "\\n" not in shown
+
+
+def test_run_table_lists_ten_warnings_and_counts_the_others(tmp_path: Path) -> None:
+    from loop_core.testing import make_bundle, write_bundle
+
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    (pack / "pack.yml").write_text("regex_timeout: 0.01\n")
+    (pack / "10.yml").write_text("".join(
+        f"- {{id: slow{i}, class: unknown, description: d, examples: {{match: [aaaa]}}, "
+        "when: {select: $.signal.error_text, regex: '^(a+)+$'}}\n"
+        for i in range(12)))
+    write_bundle(tmp_path / "captures" / "m" / "20260801T000000Z", make_bundle("a" * 50_000 + "!"))
+    out = invoke("run", "--dry-run", "--rules", pack, tmp_path / "captures").stdout.splitlines()
+    listed = out[out.index("warnings (bundles whose verdict carried each):") + 1:]
+    assert len(listed) == 11 and all(line.endswith("timed out after 0.01s; the rule does not match")
+                                     for line in listed[:10])
+    assert listed[10] == "  ... 2 more in --format json"
