@@ -52,16 +52,24 @@ def run_json(captures: Path, *extra: str, code: int = 0) -> Any:
 # -- trackers ------------------------------------------------------------------
 
 
-class NoneFactory(RecorderStore):
+class MadeFactory(RecorderStore):
+    """A tracker plugin whose factory makes ``made``, whatever that is."""
+
+    made: Any = None
+
     def factory(self, options: Any) -> Any:
-        return None
+        return self.made
 
 
+@pytest.mark.parametrize(("made", "shown"), [(None, "NoneType"), ("a tracker", "str")])
 def test_a_tracker_factory_that_makes_nothing_is_an_error_not_a_dry_run(
-        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path) -> None:
-    register_plugin(NoneFactory("nothing"), "acme-none")
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path,
+        made: Any, shown: str) -> None:
+    plugin = MadeFactory("nothing")
+    plugin.made = made
+    register_plugin(plugin, "acme-none")
     result = run_json(captures, "--tracker", "nothing", code=2)
-    assert "--tracker 'nothing': plugin 'acme-none' made NoneType, not a tracker" in result.stderr
+    assert f"--tracker 'nothing': plugin 'acme-none' made {shown}, not a tracker" in result.stderr
 
 
 class Many(Recorder):
