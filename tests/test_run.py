@@ -385,7 +385,7 @@ def test_tracker_list_and_show(captures: Path) -> None:
     assert parsed is not None and DedupKey(*parsed).digest() == REPEATED
 
     missing = invoke("tracker", "show", captures, "999", code=2)
-    assert "no issue '999'" in missing.stderr
+    assert missing.stderr == f"Error: {captures}: no issue '999' in the tracker\n"  # a number, not a short hash
 
 
 def test_tracker_list_before_any_run(captures: Path) -> None:
