@@ -830,6 +830,17 @@ def test_bootstrap_labels(gh: FakeGh, captures: Path, fake_clock: FakeClock) -> 
     assert len(gh.calls()) == 1  # after the first call timed out, no other waits its turn to time out
 
 
+def test_labels_bootstrap_prints_each_class_and_fails_when_one_label_failed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from loop_core.cli import cli
+
+    monkeypatch.setattr(GitHubTracker, "bootstrap_labels", lambda self: {"genuine-oom": True, "unknown": False})
+    result = CliRunner().invoke(cli, ["labels", "bootstrap", "--repo", REPO])
+    assert (result.exit_code, result.stdout) == (1, "ok     genuine-oom\nFAILED unknown\n")
+
+
 class MemoryTrackerPlugin:
     """A third-party backend: what a plugin implementing ``loop_register_trackers`` provides."""
 
