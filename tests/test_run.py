@@ -163,6 +163,9 @@ def test_run_table_output(captures: Path) -> None:
     assert "success anchors: raw 0, candidate 3, validated 2, tier1 0" in out
     assert "unreadable bundles: 1" in out
     assert f"browse: loop-rules tracker list {captures}" in out
+    lines = out.splitlines()
+    start = lines.index("failures by class:") + 1
+    assert lines[start:start + len(BY_CLASS)] == [f"  {cls:20} {n}" for cls, n in BY_CLASS.items()]
 
 
 def test_second_run_files_nothing_and_counts_nothing_twice(captures: Path) -> None:
