@@ -605,6 +605,11 @@ def test_jobs_beyond_the_cap_is_a_usage_error(jobs: str, tmp_path: Path) -> None
     assert result.exit_code == 2 and "is more than 64" in result.output
 
 
+def test_jobs_at_the_cap_is_taken(bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    result = invoke("classify", "--jobs", "64", str(bundle_dir(OOM)))
+    assert result.exit_code == 0 and "genuine-oom" in result.output
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="workers are forked on Linux")
 def test_running_out_of_descriptors_for_workers_is_a_clear_error(tmp_path: Path) -> None:
     import resource
