@@ -358,3 +358,5 @@ def test_a_review_queue_file_that_cannot_be_read_is_named_as_skipped(tmp_path: P
     page = make_report(captures, tmp_path / "r.html")
     assert re.search(r"<tr><td colspan=\"4\">skipped: <code>[^<]*0123456789ab\.json: not a regular file", page)
     assert "something odd" in page  # the readable entry is still listed
+    stderr = CliRunner().invoke(cli, ["report", str(captures), "--out", str(tmp_path / "r.html")]).stderr
+    assert re.fullmatch(r"loop-rules: warning: skipped \S*/0123456789ab\.json: not a regular file.*\n", stderr)
