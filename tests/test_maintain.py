@@ -43,6 +43,7 @@ def test_learn_from_a_bundle_makes_the_next_identical_bundle_an_exact_hit(
     verdict = Engine.build(pack, pm).classify(make_bundle(NOVEL))
     assert (verdict.failure_class.value, verdict.tier.value) == ("kernel-unsupported", "tier2")
     assert verdict.matched_rule == verdict.fingerprint  # the exact table decided
+    assert result.stdout == f"learned: {verdict.fingerprint} -> kernel-unsupported in {pack / 'exact.yml'}\n"
     # Only exact.yml changed; its key is quoted text.
     after = {p.name: p.read_text() for p in pack.glob("*.yml")}
     assert {k: v for k, v in after.items() if k != "exact.yml"} == before
