@@ -795,3 +795,13 @@ def test_eval_marks_a_missed_hard_case(tmp_path: Path) -> None:
     (tmp_path / "b.yml").write_text(CASE.format(id="c2", hard="false", excerpt="nothing"))
     assert invoke("eval", "--corpus", str(tmp_path)).output.splitlines()[-2:] == [
         "  c1: expected genuine-oom, got unknown by None (hard)", "  c2: expected genuine-oom, got unknown by None"]
+
+
+def test_explain_text_shows_the_key_and_verdict_that_json_gives(bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    path = str(bundle_dir(OOM))
+    doc = json.loads(invoke("explain", "--format", "json", path).output)
+    verdict = doc["verdict"]
+    lines = invoke("explain", path).output.splitlines()
+    assert lines[2:4] == [f"error_substring: {verdict['error_substring']!r}", f"fingerprint: {verdict['fingerprint']}"]
+    assert lines[-1] == ("verdict: genuine-oom (tier1, rule tier1-oom-fastpath); should_file=True review_queue=False "
+                         f"dedup {doc['dedup_hash']}")
