@@ -487,6 +487,18 @@ def test_diff_lists_changes_with_transitions(pack: Path, tmp_path: Path) -> None
     assert invoke("diff", "--rules", "default", "--fail-on-change", str(corpus)).exit_code == 0
 
 
+def test_the_diff_table_lists_transitions_in_order_of_class(pack: Path, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    write_bundle(corpus / "a" / "1", make_bundle(NOVEL))
+    write_bundle(corpus / "b" / "1", make_bundle("RuntimeError: the widgetizer refused"))
+    rule = SHADOW_RULE.replace("  mode: shadow\n", "").replace("trial-", "new-")
+    (pack / "45-frob.yml").write_text(rule + rule.replace("frobnicator", "widgetizer").replace(
+        "overlay-arch-drift", "kernel-unsupported"))
+    table = invoke("diff", "--rules", str(pack), str(corpus)).output.splitlines()
+    assert table[1:3] == ["  unknown              -> kernel-unsupported   1",
+                          "  unknown              -> overlay-arch-drift   1"]
+
+
 def test_a_change_of_rule_alone_is_no_class_transition(pack: Path, tmp_path: Path) -> None:
     """It was listed as `quant-unsupported -> quant-unsupported`, a transition that is none."""
     corpus = tmp_path / "corpus"
