@@ -399,7 +399,7 @@ def _classify_table(rows: Iterable[dict[str, Any]]) -> int:
         click.echo(f"{name:40}  {shown:19} {row['tier']:12} "
                    f"{str(row['matched_rule']):40} {row['dedup_hash']}")
         for warning in row.get("warnings") or []:
-            click.echo(f"{'':42}warning: {warning}")
+            click.echo(f"{'':42}warning: {_shown(warning)}")  # a plugin's exception may quote capture text
     extra = {f"success{'es' if successes != 1 else ''}": successes, "unreadable": bad}
     click.echo(_summary_line(counts, extra, "none classified"))
     return bad
@@ -493,7 +493,7 @@ def explain(bundle: Path, rules: str, fmt: str) -> None:
                f"rule {verdict.matched_rule}); should_file={verdict.should_file} "
                f"review_queue={verdict.review_queue} dedup {key.digest()}")
     for warning in verdict.warnings:
-        click.echo(f"warning: {warning}")
+        click.echo(f"warning: {_shown(warning)}")
 
 
 @cli.command()

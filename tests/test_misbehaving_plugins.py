@@ -28,7 +28,7 @@ from loop_core import (
     hookimpl,
     make_plugin_manager,
 )
-from loop_core.testing import make_bundle
+from loop_core.testing import make_bundle, write_bundle
 
 from .captures import copy_examples
 from .test_hooks import Recorder, RecorderStore, _cli
@@ -306,6 +306,23 @@ def test_a_matcher_that_always_raises_fails_test_and_shows_in_run(
     assert data["warnings"] == {"matcher 'acme-raiser' raised ValueError: boom; skipped": data["bundles"] - 1}
     table = _cli("run", captures, "--dry-run").stdout
     assert "matcher 'acme-raiser' raised ValueError: boom; skipped" in table
+
+
+def _quoting(ctx: Any) -> Match | None:
+    raise ValueError(ctx.view.signal("error_text"))
+
+
+@pytest.mark.parametrize("command", ["classify", "explain", "run --dry-run"])
+def test_a_warning_quoting_capture_text_cannot_drive_the_terminal(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], tmp_path: Path,
+        command: str) -> None:
+    """classify's table and explain printed a verdict's warnings as they came: a plugin's
+    exception quoting the log set the terminal's title, where run showed it escaped."""
+    register_plugin(Matchers(Matcher("acme-quoting", Tier.TIER1, 5, _quoting)), "acme-quoting")
+    bundle = write_bundle(tmp_path / "c" / "m" / "1", make_bundle("evil \x1b]0;OWNED\x07 text"))
+    out = _cli(*command.split(), bundle if command == "explain" else tmp_path / "c").stdout
+    assert "\x1b" not in out and "\x07" not in out
+    assert "matcher 'acme-quoting' raised ValueError: evil \\x1b]0;OWNED\\x07 text; skipped" in out
 
 
 def test_loop_rules_debug_shows_a_raising_matcher_s_traceback_once_per_run(
