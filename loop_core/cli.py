@@ -488,7 +488,7 @@ def explain(bundle: Path, rules: str, fmt: str) -> None:
         decided = decided or t.decided
         for tr in t.traces:
             for line in tr.lines(1):
-                click.echo(line)
+                click.echo(_shown(line))  # a plugin's trace or exception may quote capture text
     click.echo(f"\nverdict: {verdict.failure_class.value} ({verdict.tier.value}, "
                f"rule {verdict.matched_rule}); should_file={verdict.should_file} "
                f"review_queue={verdict.review_queue} dedup {key.digest()}")

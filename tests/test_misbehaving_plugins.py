@@ -316,9 +316,10 @@ def _quoting(ctx: Any) -> Match | None:
 def test_a_warning_quoting_capture_text_cannot_drive_the_terminal(
         cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], tmp_path: Path,
         command: str) -> None:
-    """classify's table and explain printed a verdict's warnings as they came: a plugin's
-    exception quoting the log set the terminal's title, where run showed it escaped."""
-    register_plugin(Matchers(Matcher("acme-quoting", Tier.TIER1, 5, _quoting)), "acme-quoting")
+    """classify's table and explain printed a verdict's warnings, and explain a matcher's
+    trace, as they came: a plugin's exception quoting the log set the terminal's title,
+    where run showed it escaped."""
+    register_plugin(Matchers(Matcher("acme-quoting", Tier.TIER1, 5, _quoting, _quoting)), "acme-quoting")
     bundle = write_bundle(tmp_path / "c" / "m" / "1", make_bundle("evil \x1b]0;OWNED\x07 text"))
     out = _cli(*command.split(), bundle if command == "explain" else tmp_path / "c").stdout
     assert "\x1b" not in out and "\x07" not in out
