@@ -153,6 +153,20 @@ def test_a_run_takes_out_of_the_queue_what_a_new_rule_now_decides(pack: Path, tm
     assert "removed from the review queue" in learned.output and _queue(captures) == []
 
 
+def test_learn_from_a_bundle_keeps_the_entry_when_it_decides_none_of_its_occurrences(pack: Path,
+                                                                                      tmp_path: Path) -> None:
+    captures = tmp_path / "captures"
+    _two_errors_one_entry(captures)
+    invoke("run", str(captures), "--rules", str(pack))
+    (entry,) = _queue(captures)
+    third = write_bundle(tmp_path / "third", make_bundle({"manifest": {"utc_ts": "20260803T000000Z"},
+                                                          "pt3": {"failure_log_excerpt": "the widgetizer jammed"}}))
+    result = invoke("learn", str(third), "--captures", str(captures), "--as", "unknown", "--rules", str(pack))
+    assert result.stdout.endswith(f" in {pack / 'exact.yml'}; review-queue entry {entry['dedup_hash']} kept: none "
+                                  "of its 2 occurrence(s) is decided by this\n")
+    assert _queue(captures) == [entry]
+
+
 def test_a_capture_the_tracker_already_counted_still_leaves_the_queue(pack: Path, tmp_path: Path) -> None:
     """A rule taken out and put back: the capture it files was counted by the first run,
     queued as unknown by the second, and is counted again (nothing filed) by the third,
