@@ -911,6 +911,9 @@ def test_a_bug_in_the_built_in_tracker_stays_an_internal_error(
     assert stopped.value.code == 70
     assert capsys.readouterr().err == ("loop-rules: internal error: ValueError: no such column: x "
                                        "(set LOOP_RULES_DEBUG=1 for the traceback)\n")
+    monkeypatch.setenv("LOOP_RULES_DEBUG", "1")  # as the line says: the exception itself, with its traceback
+    with pytest.raises(ValueError, match="^no such column: x$"):
+        cli_module.main(["run", str(captures)])
 
 
 def test_loop_rules_debug_shows_where_a_tracker_s_filing_raised(
