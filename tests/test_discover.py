@@ -67,6 +67,8 @@ def test_overlapping_paths_give_each_bundle_once_where_first_found(tmp_path: Pat
         Path("captures/m/2"), Path("captures/m/1")]
     assert list(discover_bundles(["captures", "captures"])) == [Path("captures/m/1"), Path("captures/m/2")]
     assert list(discover_bundles(["captures/m/1", "captures spare"])) == [Path("captures/m/1"), Path("captures spare/m/1")]
+    assert list(discover_bundles(["captures/m/1", "captures spare", "captures"])) == [
+        Path("captures/m/1"), Path("captures spare/m/1"), Path("captures/m/2")]
     # Paths that do not overlap are walked as they come, with nothing to remember.
     assert list(discover_bundles([one, two, other])) == [one, two, other]
 
@@ -89,6 +91,15 @@ def test_symbolic_links_to_folders_are_followed_once(tmp_path: Path) -> None:
     assert found == [str(top / "again" / "1"), str(top / "again" / "2"), str(own), str(top / "real" / "2")]
 
 
+def test_a_link_to_a_sibling_whose_name_starts_alike_is_followed(tmp_path: Path) -> None:
+    """captures-old is not inside captures, though its path begins with it."""
+    top = tmp_path / "captures"
+    own = _bundle(top / "a" / "1")
+    _bundle(tmp_path / "captures-old" / "m" / "1")
+    (top / "old").symlink_to(tmp_path / "captures-old")
+    assert list(discover_bundle_paths([top])) == [str(own), str(top / "old" / "m" / "1")]
+
+
 def test_a_cycle_of_links_outside_the_tree_ends(tmp_path: Path) -> None:
     top = tmp_path / "captures"
     _bundle(top / "a" / "1")
@@ -98,3 +109,20 @@ def test_a_cycle_of_links_outside_the_tree_ends(tmp_path: Path) -> None:
     (outside / "back").symlink_to(outside)
     (outside / "loop").symlink_to(top / "out")
     assert list(discover_bundle_paths([top])) == [str(top / "a" / "1")]
+
+
+def test_a_folder_that_cannot_be_listed_is_reported_for_the_reader_to_name(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Skipped, its bundles would vanish from the run without a word."""
+    first = _bundle(tmp_path / "a-model" / "1")
+    locked = tmp_path / "b-model"
+    _bundle(locked / "1")
+    real_scandir = os.scandir
+
+    def refuse(path: str) -> object:
+        if path == str(locked):
+            raise PermissionError(13, "Permission denied", path)
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refuse)
+    assert list(discover_bundles([tmp_path])) == [first, locked]
