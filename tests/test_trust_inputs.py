@@ -42,6 +42,18 @@ def test_the_example_catalog_and_a_small_one_load(tmp_path: Path) -> None:
     assert load_catalog(write(tmp_path, "")).models == ()  # an empty file is an empty catalog
 
 
+def test_a_model_is_curated_only_through_a_compose_and_a_compose_is_found_by_profile(tmp_path: Path) -> None:
+    """§4.5: a repository listed under a model no compose serves stays derived, and the
+    pt1 profile picks which of a model's composes is named, the first one otherwise."""
+    text = GOOD.replace("hf_repos: []", "hf_repos: [acme/Loose-3B]") + (
+        "  - name: sglang/fast\n    model: tiny-7b\n  - name: tgi/plain\n    model: tiny-7b\n")
+    catalog = load_catalog(write(tmp_path, text))
+    assert catalog.curated_model("acme/Loose-3B") is None
+    assert catalog.compose_for("tiny-7b", "tgi/plain") == "tgi/plain"
+    assert catalog.compose_for("tiny-7b", "vllm/other") == "vllm/minimal"
+    assert catalog.compose_for("no-repos-yet", "tgi/plain") is None
+
+
 @pytest.mark.parametrize("text, problem", [
     ("models: 5\n", "models must be a list, got int"),
     ("composes: 5\n", "composes must be a list, got int"),
