@@ -350,6 +350,43 @@ def test_other_values_leave_the_cache_on(cache: Path, pack: Path, monkeypatch: p
     assert list((cache / "packs").iterdir())
 
 
+@pytest.mark.parametrize("xdg", [True, False])
+def test_without_loop_rules_cache_dir_the_cache_goes_where_xdg_or_home_says(
+        tmp_path: Path, pack: Path, monkeypatch: pytest.MonkeyPatch, xdg: bool) -> None:
+    monkeypatch.delenv("LOOP_RULES_CACHE_DIR")
+    monkeypatch.delenv("LOOP_RULES_CACHE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    if xdg:
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    else:
+        monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    _build(pack)
+    expected = tmp_path / "xdg" if xdg else tmp_path / "home" / ".cache"
+    assert list((expected / "loop-rules" / "packs").glob("*.json"))
+
+
+def test_pruning_removes_only_older_cache_files(tmp_path: Path) -> None:
+    """A write in progress (a dot file), a file of another kind and the file just
+    written stay, however old their times say they are."""
+    from loop_core import packcache
+
+    names = ["old-1.json", "old-2.json", "kept.json", ".tmp-writing.json", "notes.txt", "just-written.json"]
+    for age, name in enumerate(reversed(names)):
+        (tmp_path / name).write_text("{}")
+        os.utime(tmp_path / name, (1_000_000 - age, 1_000_000 - age))  # old-1 is the oldest
+    packcache.prune(tmp_path / "just-written.json", 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[2:])
+
+
+def test_a_cache_file_that_cannot_be_replaced_leaves_no_temp_file(tmp_path: Path) -> None:
+    from loop_core import packcache
+
+    (tmp_path / "taken.json").mkdir()  # a directory where the file would go
+    with pytest.raises(OSError):
+        packcache.write_cache_file(tmp_path / "taken.json", b"{}")
+    assert [p.name for p in tmp_path.iterdir()] == ["taken.json"]
+
+
 def test_an_unwritable_cache_directory_only_costs_speed(tmp_path: Path, pack: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     blocker = tmp_path / "a-file"
