@@ -75,6 +75,13 @@ def test_classify_jsonl_carries_the_output_contract(bundle_dir) -> None:  # type
     assert row["labels"][0] == f"loop:dedup-{row['dedup_hash']}"
 
 
+def test_classify_jsonl_keys_the_row_by_the_manifest(bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    row = json.loads(invoke("classify", "--format", "jsonl", str(bundle_dir(OOM))).output)
+    assert row["consensus_key"] == ["example/Example-7B", "bf16", "LlamaForCausalLM", "1x24576MiB",
+                                    "vllm/vllm-openai:v0.21.0", "kvcalc-v0.8.0+1a2b3c4d5e6f", 32768, "fp8_e5m2", []]
+    assert row["labels"] == [f"loop:dedup-{row['dedup_hash']}", "class:genuine-oom", "arch:llamaforcausallm"]
+
+
 def test_classify_finds_bundles_recursively_and_skips_spools(tmp_path: Path) -> None:
     from loop_core.testing import make_bundle, write_bundle
 

@@ -478,6 +478,8 @@ def test_shadow_rules_never_decide_but_are_reported(pack: Path, tmp_path: Path, 
     assert report["shadow_matches"] == {"trial-frobnicator": 1} and report["changed"] == 0
     table = invoke("diff", "--rules", str(pack), str(path)).output.splitlines()
     assert table[1:] == ["  shadow rule trial-frobnicator would match 1 bundle(s)"]
+    row = json.loads(invoke("classify", "--rules", str(pack), "--format", "jsonl", str(path)).output)
+    assert (row["failure_class"], row["shadow_matches"]) == ("unknown", ["trial-frobnicator"])
 
 
 def test_diff_lists_changes_with_transitions(pack: Path, tmp_path: Path) -> None:
