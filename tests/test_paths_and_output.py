@@ -66,6 +66,21 @@ def test_a_folder_name_that_is_not_utf8_is_classified_filed_and_shown(odd: Path)
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse names that are not UTF-8")
+def test_an_unreadable_bundle_in_a_folder_not_named_in_utf8_is_named_in_its_row(tmp_path: Path) -> None:
+    broken = tmp_path / os.fsdecode(b"bad\xffname")
+    broken.mkdir()
+    (broken / "manifest.json").write_text("{")
+    (row,) = [strict_json(line) for line in cli("classify", "--format", "jsonl", broken, code=1).stdout.splitlines()]
+    assert row["reader_error"]["message"].startswith(f"{tmp_path}/bad\\xffname/manifest.json: invalid JSON")
+
+
+def test_a_folder_named_in_utf8_is_written_as_it_is_not_escaped(tmp_path: Path) -> None:
+    write_bundle(tmp_path / "modèle" / "20260801T093000Z", make_bundle(OOM))
+    for fmt in ("jsonl", "json"):
+        assert "modèle/20260801T093000Z".encode() in cli("classify", "--format", fmt, tmp_path).stdout
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="macOS file systems refuse names that are not UTF-8")
 def test_a_captures_folder_or_pack_named_in_bytes_that_are_not_utf8_is_printed_not_a_crash(tmp_path: Path) -> None:
     """The folder given on the command line reached a UTF-8 stdout as it was: the run's
     first line, report's "wrote" line and the pack's name in diff, eval, check and
