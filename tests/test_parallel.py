@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,6 +79,17 @@ def _echo_long(item: str, engine: Engine) -> str:
 def _pid(item: int, engine: Engine) -> int:
     time.sleep(0.001)
     return os.getpid()
+
+
+def _stuck_at_five(item: int, engine: Engine) -> int:
+    if item == 5:
+        threading.Event().wait()  # as a plugin that never returns
+    return os.getpid()
+
+
+def _noisy(item: int, engine: Engine) -> int:
+    os.write(1, b"noise from a worker\n")  # the process's own stdout, as a plugin's print reaches it
+    return item
 
 
 @pytest.fixture
@@ -260,15 +272,39 @@ def test_stopping_early_ends_the_workers(engine: Engine, deadline: None) -> None
             os.kill(pid, 0)
 
 
-def test_workers_that_are_not_forked_build_the_engine_and_agree(engine: Engine,
+def test_stopping_early_ends_a_worker_that_is_stuck_in_its_item(engine: Engine, deadline: None) -> None:
+    """A worker busy with a bundle that never finishes is killed, not waited for."""
+    results = engine_map(_stuck_at_five, range(40), engine, jobs=2, chunk=1, window=2)
+    pids = {next(results) for _ in range(5)}  # item 5 is in a worker by now
+    results.close()
+    assert len(pids) == 2
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_workers_that_are_not_forked_build_the_engine_and_agree(engine: Engine, reference_engine: Engine,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     # Where the platform does not fork (macOS, Windows) a process pool runs the workers
-    # and each builds the engine from the pack's directory.
+    # and each builds the engine from the pack's directory: the caller's pack, not the default.
     monkeypatch.setattr(parallel, "_forks", lambda: False)
-    out = list(engine_map(_tag, range(40), engine, jobs=2, chunk=4))
+    out = list(engine_map(_tag, range(40), reference_engine, jobs=2, chunk=4))
     assert [item for item, _pid, _v in out] == list(range(40))
     assert os.getpid() not in {pid for _i, pid, _v in out}
-    assert {v for *_rest, v in out} == {engine.pack.version}
+    assert {v for *_rest, v in out} == {reference_engine.pack.version} != {engine.pack.version}
+
+
+@pytest.mark.parametrize("forked", [
+    pytest.param(True, marks=pytest.mark.skipif(not parallel._forks(), reason="workers are forked only on Linux")),
+    False,
+])
+def test_what_workers_print_goes_to_stderr(engine: Engine, capfd: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch, forked: bool) -> None:
+    """The caller's stdout is for its rows: a worker's write there would land inside one."""
+    monkeypatch.setattr(parallel, "_forks", lambda: forked)
+    assert list(engine_map(_noisy, range(8), engine, jobs=2, chunk=1)) == list(range(8))
+    out, err = capfd.readouterr()
+    assert "noise" not in out and err.count("noise from a worker") == 8
 
 
 def test_workers_that_are_not_forked_die_and_exit_as_forked_ones_do(engine: Engine, deadline: None,
