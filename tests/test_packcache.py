@@ -264,6 +264,7 @@ def test_only_files_json_gives_back_unchanged_are_kept() -> None:
     json.dumps({"format": 1, "regexes": {}}),
     json.dumps({"format": 99, "regexes": {}}),
     json.dumps([1, 2, 3]),
+    "[" * 100_000,  # nested past what json reads
 ])
 def test_a_damaged_cache_is_ignored_and_replaced(cache: Path, pack: Path, damage: str) -> None:
     expected = _verdicts(_build(pack))
@@ -271,6 +272,19 @@ def test_a_damaged_cache_is_ignored_and_replaced(cache: Path, pack: Path, damage
     path.write_text(damage, encoding="utf-8")
     assert _verdicts(_build(pack)) == expected
     assert json.loads(path.read_text(encoding="utf-8"))["format"] == FORMAT
+
+
+def test_a_cache_file_of_another_format_is_not_believed(cache: Path, pack: Path) -> None:
+    """Written by other code, its parsed files may not be what this code would parse."""
+    from loop_core.rules import PACK_FILE
+
+    expected = _verdicts(_build(pack))
+    (path,) = (cache / "packs").glob("*.json")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["format"] = FORMAT + 1
+    doc["documents"] = {name: value if name == PACK_FILE else [] for name, value in doc["documents"].items()}
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    assert _verdicts(_build(pack)) == expected
 
 
 def test_a_damaged_entry_is_analysed_again(cache: Path, pack: Path) -> None:
