@@ -72,6 +72,13 @@ def _exit(item: int, engine: Engine) -> int:
     return item
 
 
+def _stop_signal_at_five(item: int, engine: Engine) -> int:
+    if item == 5:  # as a Ctrl-C or a SIGTERM sent to the whole process group reaches a worker
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+    return item
+
+
 def _echo_long(item: str, engine: Engine) -> str:
     return item * 3
 
@@ -251,6 +258,12 @@ def test_a_stop_signal_that_lands_during_a_fork_stops_the_run(engine: Engine, de
     for pid in forked:  # the worker forked as the signal came was stopped and reaped
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+@pytest.mark.skipif(not parallel._forks(), reason="workers are forked only on Linux")
+def test_a_stop_signal_that_reaches_a_worker_is_the_callers_to_act_on(engine: Engine, deadline: None) -> None:
+    """The worker goes on: the caller, which gets the signal too, decides how the run ends."""
+    assert list(engine_map(_stop_signal_at_five, range(40), engine, jobs=2, chunk=2)) == list(range(40))
 
 
 def test_chunks_and_answers_larger_than_a_pipe_holds(engine: Engine, deadline: None) -> None:
