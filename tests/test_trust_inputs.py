@@ -40,6 +40,8 @@ def test_the_example_catalog_and_a_small_one_load(tmp_path: Path) -> None:
     assert small.curated_model(" acme/Tiny-7B ") == "tiny-7b" and small.curated_model("acme/other") is None
     assert small.compose_for("tiny-7b", None) == "vllm/minimal"
     assert load_catalog(write(tmp_path, "")).models == ()  # an empty file is an empty catalog
+    sparse = load_catalog(write(tmp_path, "models: [{id: bare}]\ncomposes: [{name: tgi/any}]\n"))
+    assert (sparse.models, sparse.composes) == ((("bare", ()),), (("tgi/any", ""),))  # both keys may be left out
 
 
 def test_a_model_is_curated_only_through_a_compose_and_a_compose_is_found_by_profile(tmp_path: Path) -> None:
@@ -68,6 +70,9 @@ def test_a_model_is_curated_only_through_a_compose_and_a_compose_is_found_by_pro
     (GOOD.replace("[acme/Tiny-7B-AWQ, acme/Tiny-7B]", "[null]"), "models[0] tiny-7b: hf_repos must be a list of"),
     (GOOD.replace("[acme/Tiny-7B-AWQ, acme/Tiny-7B]", "acme/Tiny-7B"), "models[0] tiny-7b: hf_repos must be a list of"),
     (GOOD.replace("id: tiny-7b", "id: 7"), "models[0]: needs an id (text)"),
+    (GOOD.replace("id: tiny-7b", "id: ' '"), "models[0]: needs an id (text)"),
+    (GOOD.replace("name: vllm/minimal", "name: ''"), "composes[0]: needs a name (text)"),
+    (GOOD.replace("[acme/Tiny-7B-AWQ, acme/Tiny-7B]", "[acme/Tiny-7B, ' ']"), "models[0] tiny-7b: hf_repos must be"),
     (GOOD.replace("model: tiny-7b", "model: [tiny-7b]"), "composes[0] vllm/minimal: model must be a model id"),
     ("models: [" * 3000 + "]" * 3000 + "\n", "invalid YAML"),
     # Which of two entries a lookup found would depend on the order they are listed in.
