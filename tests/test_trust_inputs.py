@@ -127,6 +127,18 @@ def test_a_trust_summary_of_unreadable_bundles_only_reads_well(tmp_path: Path) -
     assert last == "1 bundle(s): 1 unreadable"
 
 
+def test_an_unreadable_bundle_has_a_trust_row_of_the_same_keys_all_empty() -> None:
+    import json
+
+    result = CliRunner().invoke(cli, ["trust", "--format", "jsonl", str(ROOT / "examples" / "pull-captures")])
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    (broken,) = [row for row in rows if row["reader_error"] is not None]
+    fields = ["stage", "reason", "graduation_set", "fingerprint_ok", "curated", "curated_model", "consensus_count",
+              "consensus_reached", "calibration_row"]
+    assert all(list(row) == ["bundle", "reader_error", *fields] for row in rows)
+    assert [broken[key] for key in fields] == [None] * len(fields)
+
+
 def test_an_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
     levels = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
     for prev, name in zip("abcdefgh", "bcdefghi"):
