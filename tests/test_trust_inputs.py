@@ -45,12 +45,17 @@ def test_the_example_catalog_and_a_small_one_load(tmp_path: Path) -> None:
 
 
 def test_a_model_is_curated_only_through_a_compose_and_a_compose_is_found_by_profile(tmp_path: Path) -> None:
-    """§4.5: a repository listed under a model no compose serves stays derived, and the
-    pt1 profile picks which of a model's composes is named, the first one otherwise."""
+    """§4.5: a repository listed under a model no compose serves stays derived, one listed
+    twice is the first model's, and the pt1 profile picks which of a model's composes is
+    named, the first one otherwise."""
     text = GOOD.replace("hf_repos: []", "hf_repos: [acme/Loose-3B]") + (
         "  - name: sglang/fast\n    model: tiny-7b\n  - name: tgi/plain\n    model: tiny-7b\n")
     catalog = load_catalog(write(tmp_path, text))
     assert catalog.curated_model("acme/Loose-3B") is None
+    shared = load_catalog(write(tmp_path, GOOD.replace("hf_repos: []", "hf_repos: [' acme/Tiny-7B ', ' acme/Mini ']")
+                                + "  - name: tgi/plain\n    model: no-repos-yet\n"))
+    assert shared.curated_model("acme/Tiny-7B") == "tiny-7b"  # the first model listing it wins
+    assert shared.curated_model("acme/Mini") == "no-repos-yet"  # spaces around a listed name do not count
     assert catalog.compose_for("tiny-7b", "tgi/plain") == "tgi/plain"
     assert catalog.compose_for("tiny-7b", "vllm/other") == "vllm/minimal"
     assert catalog.compose_for("no-repos-yet", "tgi/plain") is None
