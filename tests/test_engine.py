@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 from typing import Any
 
 import pluggy
 import pytest
 
 from loop_core import Engine, FailureClass, Match, Matcher, Tier, hookimpl
+from loop_core.batch import Outcome, verdict_row
 from loop_core.rules import RulePack
 from loop_core.testing import make_bundle
 from loop_rules.tier1 import predicted_total_mib
@@ -82,6 +84,8 @@ def test_tier1_oom_routes_with_all_three_inputs(reference_engine: Engine) -> Non
     assert v.route_as_kv_calc_bug is True and v.delta_mib == 22880 - 23040
     assert v.tier1_inputs == {"predicted_b_breakdown": PRED, "attempted_alloc_mib": 2560,
                               "gpu_worker_reported_mib": 22880, "source": "pt3+pt1"}
+    row = verdict_row(Outcome(Path("b"), bundle, None, v))  # what classify --format jsonl prints
+    assert (row["route_as_kv_calc_bug"], row["delta_mib"], row["tier1_inputs"]) == (True, -160, v.tier1_inputs)
 
 
 def test_tier1_oom_without_worker_number_is_filed_but_not_routed(reference_engine: Engine) -> None:
