@@ -216,6 +216,19 @@ def test_a_prior_whose_fingerprint_does_not_verify_gives_no_consensus() -> None:
     assert (agreed.stage, agreed.consensus_count) == (Stage.VALIDATED, 2)
 
 
+@pytest.mark.parametrize("model", [None, 7, ["acme/Tiny-7B"]])
+def test_a_manifest_model_that_is_not_text_is_simply_not_curated(tmp_path: Path, model: object) -> None:
+    import json
+
+    from loop_core.testing import make_bundle, write_bundle
+
+    write_bundle(tmp_path / "b", make_bundle({**GREEN, "manifest": {**GREEN["manifest"], "model": model}}))
+    result = CliRunner().invoke(cli, ["trust", "--format", "jsonl", "--catalog", str(write(tmp_path, GOOD)),
+                                      str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["curated"] is False
+
+
 @pytest.mark.parametrize("topology", ["1x24GiB", "1x24576", "1x24576MB"])
 def test_a_topology_not_counted_in_mib_is_implausible(topology: str) -> None:
     from loop_core.trust import ConsensusIndex, Stage, evaluate_trust
