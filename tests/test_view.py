@@ -96,6 +96,11 @@ def test_error_tag_lines_are_error_lines(line: str) -> None:
     assert final_error(text) == line
 
 
+def test_an_error_tag_line_beats_a_later_line_that_only_says_something_failed() -> None:
+    line = "2023-09-26T21:48:00.969072Z ERROR text_generation_launcher: Shard 0 failed to start"
+    assert final_error(f"INFO starting\n{line}\nINFO removing the shard failed, ignored") == line
+
+
 def test_a_named_exception_beats_a_later_error_tag_line() -> None:
     text = ("RuntimeError: Not enough memory to handle 4096 prefill tokens.\n"
             "2023-09-26T21:48:00Z ERROR text_generation_launcher: Method Warmup encountered an error.")
@@ -309,10 +314,20 @@ def test_an_exception_that_points_at_the_root_cause_gives_way_to_it() -> None:
     assert final_error(wrapper_only) == "Exception: WorkerProc initialization failed. See stack trace for root cause."
 
 
+@pytest.mark.parametrize("pointer", ["See root cause above.", "See stack trace for root cause.",
+                                     "see the traceback above", "See logs above.", "see errors above",
+                                     "See above for details."])
+def test_every_wording_of_a_pointer_gives_way_to_the_exception_before_it(pointer: str) -> None:
+    text = f"ValueError: Unknown quantization method: awq_v9\n  File \"x.py\", line 3\nRuntimeError: failed. {pointer}"
+    assert final_error(text) == "ValueError: Unknown quantization method: awq_v9"
 
-def test_a_tracebacks_source_lines_are_not_the_final_error() -> None:
+
+
+@pytest.mark.parametrize("source", ["raise KeyError(name)", "raise(KeyError(name))", "except Exception:",
+                                    "except: raise KeyError(name)", "except(KeyError, ValueError):"])
+def test_a_tracebacks_source_lines_are_not_the_final_error(source: str) -> None:
     """`raise KeyError(name)` and `except Exception:` name exceptions without reporting one."""
-    text = '  File "x.py", line 3, in f\n    raise KeyError(name)\nKeyError: \'x\'\n    except Exception:\n'
+    text = f'  File "x.py", line 3, in f\n    raise KeyError(name)\nKeyError: \'x\'\n    {source}\n'
     assert final_error(text) == "KeyError: 'x'"
 
 
@@ -421,6 +436,15 @@ def test_http_statuses_are_the_numbers_only() -> None:
         "a": {"status": 500}, "b": {"status": 429.0}, "c": {"status": True}, "d": {"status": "503"},
         "e": {"error": "no status"}, "f": "HTTP 502"}}}))
     assert view.signal("http_statuses") == [500, 429.0]
+
+
+def test_the_capability_signals_sort_the_capabilities_by_verdict() -> None:
+    view = View(make_bundle({"pt4": {"results": {"tool-call": "unsmoked", "streaming": "red", "vision": "unsmoked",
+                                                 "plain-chat": "green", "json": "red", "embed": "green"}}}))
+    assert view.signal("red_caps") == ["json", "streaming"]
+    assert view.signal("green_caps") == ["embed", "plain-chat"]
+    assert view.signal("unsmoked_caps") == ["tool-call", "vision"]
+    assert view.signal("first_red_cap") == "json"
 
 
 @pytest.mark.parametrize(("ok", "expected"), [(True, True), (None, False), (0, False), (1, True), ("", False)])
