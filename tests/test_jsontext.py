@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loop_core.jsontext import dumps_indented, item_texts, splice_list
+from loop_core.jsontext import dumps_indented, item_texts, splice_list, strict_dumps
 
 SCALARS = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True)
            | st.text(alphabet=st.characters(blacklist_categories=()), max_size=12))
@@ -89,3 +89,12 @@ def test_no_splice_when_the_mark_could_be_mistaken_or_there_is_nothing_to_splice
     assert splice_list({"note": _SPLICE_MARK, "occurrences": [1, 2]}, "occurrences", texts) is None
     assert splice_list({"occurrences": []}, "occurrences", []) is None
     assert item_texts([{1: "a non-string key"}], level=2) is None
+
+
+def test_strict_dumps_writes_the_numbers_json_has_none_for_as_their_names() -> None:
+    value = {"peak": math.inf, "floor": -math.inf, "parts": (1.5, -math.inf), "note": "x"}
+    assert json.loads(strict_dumps(json.dumps, value)) == {
+        "peak": "Infinity", "floor": "-Infinity", "parts": [1.5, "-Infinity"], "note": "x"}
+    assert json.loads(strict_dumps(json.dumps, [math.nan])) == ["NaN"]
+    plain = {"peak": 1e300, "note": "no NaN here"}
+    assert strict_dumps(json.dumps, plain) == json.dumps(plain)
