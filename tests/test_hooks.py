@@ -79,6 +79,19 @@ def test_hook_loop_register_rule_packs_duplicate_names_both_plugins(
     assert "'loop_rules.packs'" in str(err.value) and "'acme-packs'" in str(err.value)
 
 
+def test_plugins_tells_the_builtins_from_a_plugin_of_ones_own(pm: pluggy.PluginManager, register_plugin: Register,
+                                                               tmp_path: Path) -> None:
+    from loop_core.plugins import plugin_report
+
+    register_plugin(PackPlugin("acme", tmp_path), "acme-packs")
+    report = plugin_report(pm)
+    assert [entry["name"] for entry in report] == sorted(entry["name"] for entry in report)
+    entries = {entry["name"]: entry for entry in report}
+    assert entries["acme-packs"] == {"name": "acme-packs", "hooks": ["loop_register_rule_packs"], "builtin": False}
+    assert entries["loop_rules.tier1"] == {"name": "loop_rules.tier1", "hooks": ["loop_register_matchers"],
+                                           "builtin": True}
+
+
 def test_hook_loop_register_rule_packs_without_its_yaml_names_the_pack_and_plugin(
         cli_uses_pm: pluggy.PluginManager, register_plugin: Register, tmp_path: Path) -> None:
     """A plugin installed without its package data: the error said only "<path>: rule

@@ -43,7 +43,8 @@ def run(site: Path, *args: str, autoload: bool = True) -> subprocess.CompletedPr
 def test_plugins_lists_the_third_party_plugin(site: Path) -> None:
     report = json.loads(run(site, "plugins").stdout)
     plugin = next(p for p in report["plugins"] if p["name"] == "example")
-    assert plugin["distribution"] == "loop-example-plugin"
+    assert (plugin["distribution"], plugin["version"]) == ("loop-example-plugin", "0.1.0")
+    assert "builtin" not in plugin
     assert plugin["hooks"] == ["loop_register_conditions", "loop_register_matchers", "loop_register_rule_packs",
                                "loop_register_trackers"]
     assert {"name": "min_gpu_count", "plugin": "example"} in report["condition_kinds"]
