@@ -121,3 +121,20 @@ def test_classifying_the_same_bundle_again_gives_the_same_warnings(tmp_path: Pat
     assert second.matched_rule == first.matched_rule == "fallback"
     assert second.warnings == first.warnings
     assert len(first.warnings) == 2
+
+
+def test_a_rule_example_whose_regex_times_out_fails_whatever_its_outcome(tmp_path: Path,
+                                                                         pm: pluggy.PluginManager) -> None:
+    """The right outcome by a timeout's luck is not a pass: `loop-rules test` says what timed out."""
+    from loop_core.selftest import run_examples
+
+    slow = f"{{pt3: {{failure: x, failure_log_excerpt: '{'a' * 50_000}!'}}}}"
+    pack = _pack(tmp_path)
+    (pack / "10.yml").write_text(NOT_SLOW.replace("examples: {match: [x]}",
+                                                  f"examples: {{match: [x, {slow}], no_match: [{slow}]}}", 1))
+    warned = ("no match with warnings: rule 'not-slow': regex '^(a+)+$' on $.signal.error_text timed out after "
+              "0.25s; the rule does not match; rule 'not-slow' would match, but a regex timed out while it was "
+              "evaluated; counted as no match")
+    failed = [(c.name, c.expected, c.got, c.detail) for c in run_examples(Engine.build(pack, pm)) if not c.ok]
+    assert failed == [(f"{pack}/10.yml[0] not-slow examples.match[1]", "match", warned, ""),
+                      (f"{pack}/10.yml[0] not-slow examples.no_match[0]", "no match", warned, "")]
