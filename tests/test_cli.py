@@ -160,6 +160,15 @@ def test_a_failing_example_names_the_part_of_when_that_decided(tmp_path: Path) -
     assert "did not hold: value 'vllm | RuntimeError: the frobnicator broke'" in check.output
 
 
+def test_the_part_of_when_that_decided_is_cut_to_one_screen_line(tmp_path: Path) -> None:
+    path = "$.pt4.results_detail." + ".".join(["a_rather_long_field_name"] * 8)
+    (tmp_path / "10.yml").write_text(
+        f"- id: long-path\n  class: unknown\n  description: d\n  when: {{select: '{path}', contains: boom}}\n"
+        "  examples: {match: [boom]}\n")
+    [case] = json.loads(invoke("test", "--rules", str(tmp_path), "--examples-only", "--format", "json").stdout)["cases"]
+    assert len(case["detail"]) == 240 and case["detail"].startswith(path) and case["detail"].endswith("…")
+
+
 def test_plugins_is_json() -> None:
     report = json.loads(invoke("plugins").output)
     names = {p["name"] for p in report["plugins"]}
@@ -191,6 +200,20 @@ def test_test_on_a_pack_of_ones_own_points_at_examples_only(tmp_path: Path) -> N
     alone = invoke("test", "--rules", str(tmp_path), "--examples-only")
     assert alone.exit_code == 0 and alone.stderr == ""
     assert invoke("test").stderr == ""
+
+
+def test_a_seed_case_decided_by_the_right_class_at_the_wrong_tier_fails(tmp_path: Path) -> None:
+    """A seed row pins the tier too: a rule that takes over the Tier-1 OOM fast path's cases fails it."""
+    (tmp_path / "pack.yml").write_text("tier1_oom: {signature: ['never in any log']}\n")
+    (tmp_path / "10-oom.yml").write_text(
+        "- id: my-oom\n  class: genuine-oom\n  description: d\n"
+        "  when: {select: $.signal.all_text, contains: out of memory}\n  examples: {match: [out of memory]}\n")
+    result = invoke("test", "--rules", str(tmp_path), "--format", "json")
+    assert result.exit_code == 1
+    case = next(c for c in json.loads(result.stdout)["cases"] if c["name"] == "seed appx-1-cliff2-oom-bare")
+    assert case == {"name": "seed appx-1-cliff2-oom-bare", "ok": False, "expected": "genuine-oom (tier1)",
+                    "got": "genuine-oom (tier2, my-oom)",
+                    "detail": "Appendix A row 1, a bare CUDA OOM at the context cliff"}
 
 
 def test_a_rule_file_given_as_the_pack_names_its_directory(tmp_path: Path) -> None:
