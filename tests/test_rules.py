@@ -171,8 +171,13 @@ def test_catastrophic_regex_is_bounded_and_counts_as_no_match(tmp_path: Path, pm
     assert any("timed out" in w for w in verdict.warnings)
 
 
-def test_check_reports_a_catastrophic_regex(tmp_path: Path) -> None:
-    pack = write(tmp_path / "p", "10.yml", CATASTROPHIC)
+@pytest.mark.parametrize("when, example", [
+    ("{select: $.signal.error_text, regex: '^(a+)+$'}", "aaaa"),
+    ("{not: {any: [{select: $.signal.error_text, regex: '^(a+)+$'}]}}", "x"),  # probed under not too
+])
+def test_check_reports_a_catastrophic_regex(tmp_path: Path, when: str, example: str) -> None:
+    pack = write(tmp_path / "p", "10.yml", CATASTROPHIC.replace("{select: $.signal.error_text, regex: '^(a+)+$'}",
+                                                                when).replace("[aaaa]", f"[{example}]"))
     result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
     assert result.exit_code == 1
     assert "p/10.yml[0] slow (line 4): regex '^(a+)+$' exceeded its 0.25s timeout" in result.output
