@@ -184,6 +184,13 @@ def test_check_reports_a_catastrophic_regex(tmp_path: Path, when: str, example: 
     assert "nests quantifiers" in result.output
 
 
+def test_check_reports_a_regex_that_times_out_on_several_probes_once(tmp_path: Path) -> None:
+    pack = write(tmp_path / "p", "10.yml", CATASTROPHIC.replace("'^(a+)+$'", "'^(\\w+)+$'"))
+    result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
+    assert result.exit_code == 1
+    assert result.output.count("exceeded its 0.25s timeout") == 1, result.output
+
+
 @pytest.mark.parametrize("command", ["classify", "explain"])
 def test_classify_and_explain_report_a_regex_timeout(tmp_path: Path, bundle_dir, command: str) -> None:  # type: ignore[no-untyped-def]
     pack = write(tmp_path / "p", "10.yml", CATASTROPHIC)
@@ -304,6 +311,8 @@ def test_general_paths_with_known_names_load(tmp_path: Path, pm: pluggy.PluginMa
 
 def test_a_fingerprint_listed_twice_names_where_it_was_first(tmp_path: Path, pm: pluggy.PluginManager) -> None:
     pack = write(tmp_path / "p", "10-a.yml", "exact:\n  'cc8c563478cd': unknown\n")
+    write(pack, "15-same.yml", "exact:\n  'cc8c563478cd': unknown\n")  # the same class again: no conflict
+    assert Engine.build(pack, pm).pack.exact == {"cc8c563478cd": "unknown"}
     write(pack, "20-b.yml", "exact:\n  'cc8c563478cd': genuine-oom\n")
     with pytest.raises(RuleError, match=r"p/20-b\.yml: exact: cc8c563478cd: listed twice with classes 'unknown' "
                                         r"and 'genuine-oom' \(first in \S*p/10-a\.yml\)"):
