@@ -210,6 +210,22 @@ def test_pack_settings_are_validated(tmp_path: Path, pm: pluggy.PluginManager) -
     assert "invalid regex '('" in joined
 
 
+@pytest.mark.parametrize("written, seconds", [("10", 10.0), ("'0.5'", 0.5), ("0.01", 0.01)])
+def test_a_regex_timeout_up_to_ten_seconds_is_taken(tmp_path: Path, pm: pluggy.PluginManager, written: str,
+                                                    seconds: float) -> None:
+    pack = write(tmp_path / "p", "pack.yml", f"regex_timeout: {written}\n")
+    write(pack, "10.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
+    assert Engine.build(pack, pm).pack.settings.regex_timeout == seconds
+
+
+@pytest.mark.parametrize("written", ["0", "10.5", "true", "fast"])
+def test_a_regex_timeout_outside_ten_seconds_is_refused(tmp_path: Path, pm: pluggy.PluginManager,
+                                                        written: str) -> None:
+    pack = write(tmp_path / "p", "pack.yml", f"regex_timeout: {written}\n")
+    with pytest.raises(RuleError, match=r"p/pack\.yml: regex_timeout must be a number of seconds in \(0, 10\]"):
+        Engine.build(pack, pm)
+
+
 def test_pack_settings_problems_name_the_pattern_and_the_keys_taken(tmp_path: Path) -> None:
     """A bad pattern was "tier1_oom.signature: invalid regex", with no place in the list,
     and a misspelt key listed no keys to choose from."""
