@@ -123,4 +123,7 @@ def test_a_mislabelled_case_is_named_not_skipped_or_miscounted(tmp_path: Path, e
 def test_yaml_files_that_are_not_cases_are_left_alone(tmp_path: Path) -> None:
     (tmp_path / "a.yml").write_text(CASE.format(id="a"))
     (tmp_path / "pack.yml").write_text("name: p\ndescription: not a case\n")
+    (tmp_path / ".b.yml").write_text(CASE.format(id="b"))  # hidden: an editor's copy, say
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "c.yml").write_text(CASE.format(id="c"))
     assert [c.id for c in load_cases(tmp_path)] == ["a"]

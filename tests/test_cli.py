@@ -534,6 +534,8 @@ CASE = "id: {id}\nengine: vllm\nsource: s\nlabel: genuine-oom\nhard: {hard}\nspl
      "a.yml: id must be non-empty text, got [1, 2]"),
     (CASE.format(id="c1", hard="false", excerpt="x").replace("source: s", "source: [s]").encode(),
      "a.yml: source must be text, got ['s']"),
+    (CASE.format(id="c1", hard="false", excerpt="x").replace("source: s", "source: s\nactual: 1997").encode(),
+     "a.yml: actual must be a mapping of the numbers the producer parsed, got 1997"),
 ])
 def test_eval_refuses_a_bad_case_file_in_one_line_naming_it(tmp_path: Path, content: bytes, message: str) -> None:
     (tmp_path / "a.yml").write_bytes(content)
