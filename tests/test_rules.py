@@ -134,8 +134,8 @@ def test_duplicate_yaml_keys_are_rejected(tmp_path: Path, pm: pluggy.PluginManag
 
 def test_exact_keys_are_always_text(tmp_path: Path, pm: pluggy.PluginManager) -> None:
     # Unquoted, PyYAML would read 012345670123 as an octal int (§8.2.10).
-    pack = write(tmp_path / "p", "10.yml", "exact:\n  012345670123: genuine-oom\n  123456789012: unknown\n")
-    engine = Engine.build(pack, pm)
+    pack = write(tmp_path / "p", "10.yml", "rules:\nexact:\n  012345670123: genuine-oom\n  123456789012: unknown\n")
+    engine = Engine.build(pack, pm)  # a rules key with no value is no rules
     assert dict(engine.pack.exact) == {"012345670123": "genuine-oom", "123456789012": "unknown"}
 
 
