@@ -120,6 +120,14 @@ def test_a_mislabelled_case_is_named_not_skipped_or_miscounted(tmp_path: Path, e
         load_cases(tmp_path)
 
 
+def test_a_split_loads_only_its_own_cases(tmp_path: Path) -> None:
+    (tmp_path / "a.yml").write_text(CASE.format(id="a"))
+    (tmp_path / "b.yml").write_text(CASE.format(id="b").replace("split: tune", "split: frozen"))
+    assert [c.id for c in load_cases(tmp_path, "frozen")] == ["b"]
+    assert [c.id for c in load_cases(tmp_path, "tune")] == ["a"]
+    assert [c.id for c in load_cases(tmp_path)] == ["a", "b"]
+
+
 def test_yaml_files_that_are_not_cases_are_left_alone(tmp_path: Path) -> None:
     (tmp_path / "a.yml").write_text(CASE.format(id="a"))
     (tmp_path / "pack.yml").write_text("name: p\ndescription: not a case\n")

@@ -605,6 +605,18 @@ def test_eval_names_the_rule_behind_a_wrong_class_and_says_when_none_matched(tmp
         "  b: expected genuine-oom, got unknown (no rule matched)"]
 
 
+def test_eval_hard_accuracy_counts_only_the_hard_cases_classified_right(tmp_path: Path) -> None:
+    (tmp_path / "a.yml").write_text(CASE.format(id="c1", hard="true", excerpt="torch.OutOfMemoryError: CUDA out of memory."))
+    (tmp_path / "b.yml").write_text(CASE.format(id="c2", hard="true", excerpt="something odd"))
+    (tmp_path / "c.yml").write_text(CASE.format(id="c3", hard="false", excerpt="CUDA out of memory"))
+    [report] = json.loads(invoke("eval", "--corpus", str(tmp_path), "--format", "json").output)
+    assert (report["hard_cases"], report["hard_accuracy"], report["accuracy"]) == (2, 0.5, pytest.approx(2 / 3))
+    result = invoke("eval", "--corpus", str(tmp_path))
+    hard = next(line for line in result.output.splitlines() if line.startswith("hard accuracy"))
+    assert hard.split("|")[1].strip() == "0.500"
+    assert result.output.endswith("misses of default (1):\n  c2: expected genuine-oom, got unknown by None (hard)\n")
+
+
 def test_eval_says_n_a_for_a_class_the_corpus_has_no_case_of(tmp_path: Path) -> None:
     """A class without a case showed precision, recall and F1 of 0.00, as if the pack failed
     it, where macro-F1 leaves it out and hard accuracy says n/a for the same nothing."""
