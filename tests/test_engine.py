@@ -144,6 +144,13 @@ def test_real_vllm_kv_cache_text_is_tier1(reference_engine: Engine) -> None:
     assert v.tier is Tier.TIER1 and v.route_as_kv_calc_bug and v.delta_mib == 21391 - 23040
 
 
+def test_the_packs_veto_keeps_a_host_ram_oom_kill_off_the_tier1_path(engine: Engine) -> None:
+    cuda = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert engine.classify(make_bundle(cuda)).matched_rule == "tier1-oom-fastpath"
+    v = engine.classify(make_bundle(f"{cuda}\nMemory cgroup out of memory: Killed process 4242 (python)"))
+    assert (v.failure_class, v.tier, v.matched_rule) == (FailureClass.UNKNOWN, Tier.TIER2, "unknown-host-ram-oom-kill")
+
+
 @pytest.mark.parametrize("breakdown, total", [
     # The producer's real shape carries `total` and both KV pools: counted once, not twice (§8.2.1).
     ({"weights": 3.9, "kv_pool_requested": 16.25, "kv_pool_actual": 16.25, "kv_pool_sliding_fixed": 0.0,
