@@ -161,6 +161,21 @@ def test_pack_name_and_description_must_be_text(tmp_path: Path, pm: pluggy.Plugi
     assert "pack.yml: description must be text" in found
 
 
+def test_pack_yml_names_and_describes_the_pack(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "pack.yml", "name: acme\ndescription: our own rules\n")
+    write(pack, "10.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
+    built = Engine.build(pack, pm).pack
+    assert (built.name, built.settings.description) == ("acme", "our own rules")
+    assert "\ncheck: pack acme: 1 rules," in CliRunner().invoke(cli, ["check", "--rules", str(pack)]).output
+
+
+def test_invalid_yaml_names_the_line_and_column(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "p", "10.yml", "- id: a\n  class: unknown\n   description: d\n")
+    with pytest.raises(RuleError, match=r"p/10\.yml: invalid YAML: mapping values are not allowed in this context "
+                                        r"\(line 3, column 15\)"):
+        Engine.build(pack, pm)
+
+
 def test_a_broken_symlink_in_a_pack_is_reported(tmp_path: Path, pm: pluggy.PluginManager) -> None:
     pack = write(tmp_path / "p", "10.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
     (pack / "20-gone.yml").symlink_to(tmp_path / "nowhere.yml")
