@@ -144,6 +144,19 @@ def test_real_vllm_kv_cache_text_is_tier1(reference_engine: Engine) -> None:
     assert v.tier is Tier.TIER1 and v.route_as_kv_calc_bug and v.delta_mib == 21391 - 23040
 
 
+def test_tier1_reads_the_measured_numbers_written_as_text(reference_engine: Engine) -> None:
+    v = reference_engine.classify(make_bundle({
+        "pt1": {"predicted_b_breakdown": PRED},
+        "pt3": {"failure_log_excerpt": OOM, "actual": {"attempted_alloc_mib": "2560", "gpu_worker_reported_mib": " 22880 "}},
+    }))
+    assert v.tier is Tier.TIER1 and v.route_as_kv_calc_bug is True and v.delta_mib == 22880 - 23040
+
+
+def test_tier1_finds_the_signature_past_the_first_240_characters_of_a_boot_failure(reference_engine: Engine) -> None:
+    v = reference_engine.classify(make_bundle({"pt3": {"failure": "INFO " + "x" * 300 + f" {OOM}"}}))
+    assert (v.tier, v.matched_rule) == (Tier.TIER1, "tier1-oom-fastpath")
+
+
 def test_the_packs_veto_keeps_a_host_ram_oom_kill_off_the_tier1_path(engine: Engine) -> None:
     cuda = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     assert engine.classify(make_bundle(cuda)).matched_rule == "tier1-oom-fastpath"
