@@ -121,6 +121,8 @@ def test_explain_shows_every_matcher_and_the_span(bundle_dir) -> None:  # type: 
 def test_explain_shows_the_regex_span(bundle_dir) -> None:  # type: ignore[no-untyped-def]
     path = bundle_dir("RuntimeError: CUDA error: no kernel image is available for execution on the device")
     out = invoke("explain", str(path)).output
+    assert "unless (veto)" not in out  # the pack's veto is shown only when the OOM signature was found
+    assert "\n  - unless (veto)\n" in invoke("explain", str(bundle_dir("CUDA out of memory"))).output
     assert "+ kernel-no-kernel-image -> kernel-unsupported" in out
     assert "span (69, 125) 'no kernel image is available for execution on the device'" in out
 

@@ -357,6 +357,8 @@ def _decides(tmp_path: Path, pm: pluggy.PluginManager, when: str, bundle: dict[s
     ("{select: $.manifest.flag, equals: 1}", {"manifest": {"flag": True}}, False),
     ("{select: $.manifest.flag, in: [1, 2]}", {"manifest": {"flag": True}}, False),
     ("{select: $.manifest.flag, equals: 1}", {"manifest": {"flag": 1.0}}, True),
+    # one abort token may be written without a list
+    ("{gate_abort_reason: NO_ROW}", {"manifest": {"schema": 2}, "pt1": {"abort_reason": "NO_ROW"}}, True),
     # ignore_case: for equals, in, regex and the items of a list
     ("{select: $.manifest.model, equals: ACME/X, ignore_case: true}", {"manifest": {"model": "acme/x"}}, True),
     ("{select: $.manifest.model, equals: ACME/X}", {"manifest": {"model": "acme/x"}}, False),
