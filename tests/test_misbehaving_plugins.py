@@ -1028,6 +1028,7 @@ class Unwrapped:
      "a condition kind must be a ConditionKind, got dict {'name': 'acme_kind'}"),
     ("loop_register_rule_packs", ("acme", "rules"), "a rule pack must be a PackInfo, got tuple ('acme', 'rules')"),
     ("loop_register_trackers", "jsonfile", "a tracker must be a TrackerSpec, got str 'jsonfile'"),
+    ("loop_register_matchers", "x" * 200, f"a matcher must be a Matcher, got str '{'x' * 76}..."),  # cut to 80
 ])
 def test_registering_something_else_says_what_register_takes(
         cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path,
