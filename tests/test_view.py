@@ -84,6 +84,7 @@ def test_other_lines_naming_bare_exception_are_not_exception_lines(line: str) ->
     "[BUG] type object 'BACKEND' has no attribute 'V9'",
     "[Bug]: rank 0 could finish the model loading, but other ranks did not",
     "[ERROR] Worker (pid:25134) was sent SIGKILL!",
+    "[CRITICAL] the scheduler stopped",
     "Error: invalid file magic",
     "ollama  | Error: llama runner process has terminated: exit status 2",
     "ERROR: FP8 models require a GPU with a newer compute capability",
