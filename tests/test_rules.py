@@ -357,6 +357,9 @@ def _decides(tmp_path: Path, pm: pluggy.PluginManager, when: str, bundle: dict[s
     ("{select: $.manifest.flag, equals: 1}", {"manifest": {"flag": True}}, False),
     ("{select: $.manifest.flag, in: [1, 2]}", {"manifest": {"flag": True}}, False),
     ("{select: $.manifest.flag, equals: 1}", {"manifest": {"flag": 1.0}}, True),
+    # a file the bundle lacks is missing, not null, to a plain path and to a general one
+    ("{select: $.pt5, exists: false}", "x", True),
+    ("{select: '$[\"pt5\"]', exists: false}", "x", True),
     # one abort token may be written without a list
     ("{gate_abort_reason: NO_ROW}", {"manifest": {"schema": 2}, "pt1": {"abort_reason": "NO_ROW"}}, True),
     # ignore_case: for equals, in, regex and the items of a list
