@@ -121,6 +121,14 @@ def test_an_exact_entry_whose_class_is_not_text_is_reported(tmp_path: Path, pm: 
     assert "exact: abcdefabcdef: unknown class ['unknown']" in problems_of(pack, pm)
 
 
+@pytest.mark.parametrize("examples, problem", [("{match: boom}", "examples.match must be a list"),
+                                               ("{match: [boom], no_match: bang}", "examples.no_match must be a list")])
+def test_each_list_of_examples_that_is_not_a_list_is_named(tmp_path: Path, pm: pluggy.PluginManager, examples: str,
+                                                           problem: str) -> None:
+    pack = write(tmp_path / "p", "10.yml", rule("r", "{select: $.signal.error_text, contains: boom}", examples=examples))
+    assert problem in problems_of(pack, pm)
+
+
 @pytest.mark.parametrize("case", ["{pt3: 5}", "{manifest: null}", "{manifest: {schema: 2}, pt1: null}"])
 def test_example_files_must_be_mappings(tmp_path: Path, pm: pluggy.PluginManager, case: str) -> None:
     pack = write(tmp_path / "p", "10.yml", rule("r", "{select: $.signal.error_text, contains: boom}",
