@@ -670,7 +670,8 @@ def test_entry_points_are_looked_for_only_where_a_distribution_declares_them(
     assert may_declare_entry_points("console_scripts")
     plugin = site / "Loop_Example-2.0.DIST-INFO"
     plugin.mkdir()
-    (plugin / "entry_points.txt").write_text("[loop_rules]\nexample = loop_example\n", encoding="utf-8")
+    (plugin / "entry_points.txt").write_text("[console_scripts]\nloop-example = loop_example:main\n\n"
+                                             " [ loop_rules ]\t\nexample = loop_example\n", encoding="utf-8")
     assert may_declare_entry_points("loop_rules")
     # Where it cannot tell, it says yes: a zip on the path, a finder that lists distributions.
     zipped = tmp_path / "plugins.zip"
