@@ -448,6 +448,20 @@ def test_the_capability_signals_sort_the_capabilities_by_verdict() -> None:
     assert view.signal("first_red_cap") == "json"
 
 
+def test_the_manifest_signals_read_their_own_fields() -> None:
+    view = View(make_bundle({"manifest": {"quant_label": "AWQ", "arch_family": "Qwen3ForCausalLM",
+                                          "engine_pin": "vllm/vllm-openai:v0.9.1"}}))
+    assert (view.signal("quant_label"), view.signal("arch_family"), view.signal("engine")) == (
+        "awq", "Qwen3ForCausalLM", "vllm/vllm-openai:v0.9.1")
+    assert View(make_bundle({"manifest": {"quant_label": None}})).signal("quant_label") == "none"
+
+
+def test_error_text_lower_is_never_cut_where_error_substring_is() -> None:
+    view = View(make_bundle("INFO  Starting " + "x" * 300 + "\nValueError: Bad"))
+    assert view.signal("error_text_lower") == "info starting " + "x" * 300 + " valueerror: bad"
+    assert len(view.signal("error_substring")) == 240
+
+
 @pytest.mark.parametrize(("ok", "expected"), [(True, True), (None, False), (0, False), (1, True), ("", False)])
 def test_boot_ok_and_download_ok_are_booleans(ok: object, expected: bool) -> None:
     view = View(make_bundle({"pt2": {"ok": ok}, "pt3": {"ok": ok}}))
