@@ -616,7 +616,7 @@ def test_eval_hard_accuracy_counts_only_the_hard_cases_classified_right(tmp_path
     result = invoke("eval", "--corpus", str(tmp_path))
     hard = next(line for line in result.output.splitlines() if line.startswith("hard accuracy"))
     assert hard.split("|")[1].strip() == "0.500"
-    assert result.output.endswith("misses of default (1):\n  c2: expected genuine-oom, got unknown by None (hard)\n")
+    assert result.output.endswith("misses of default (1):\n  c2: expected genuine-oom, got unknown (no rule matched) (hard)\n")
 
 
 def test_eval_says_n_a_for_a_class_the_corpus_has_no_case_of(tmp_path: Path) -> None:
@@ -840,7 +840,7 @@ def test_eval_marks_a_missed_hard_case(tmp_path: Path) -> None:
     (tmp_path / "a.yml").write_text(CASE.format(id="c1", hard="true", excerpt="nothing"))
     (tmp_path / "b.yml").write_text(CASE.format(id="c2", hard="false", excerpt="nothing"))
     assert invoke("eval", "--corpus", str(tmp_path)).output.splitlines()[-2:] == [
-        "  c1: expected genuine-oom, got unknown by None (hard)", "  c2: expected genuine-oom, got unknown by None"]
+        "  c1: expected genuine-oom, got unknown (no rule matched) (hard)", "  c2: expected genuine-oom, got unknown (no rule matched)"]
 
 
 def test_explain_text_shows_the_key_and_verdict_that_json_gives(bundle_dir) -> None:  # type: ignore[no-untyped-def]

@@ -166,7 +166,9 @@ def test_catastrophic_regex_is_bounded_and_counts_as_no_match(tmp_path: Path, pm
     started = time.monotonic()
     verdict = engine.classify(make_bundle("a" * 50_000 + "!"))
     elapsed = time.monotonic() - started
-    assert elapsed < 1.0
+    # The default timeout is 0.25 s; unbounded, this match would backtrack for longer than the
+    # universe has existed. The margin is wide so a loaded machine cannot fail the test.
+    assert elapsed < 5.0
     assert verdict.matched_rule is None
     assert any("timed out" in w for w in verdict.warnings)
 
