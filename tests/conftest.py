@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,11 +26,23 @@ settings.register_profile("ci", derandomize=True, database=None, print_blob=True
 settings.load_profile(os.environ.get("LOOP_RULES_HYPOTHESIS_PROFILE", "default"))
 
 
+_OWN_CACHE_DIR: str | None = None
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # Pack caches of this run go to a directory of their own, never the user's
     # ~/.cache (set in the environment, so CLI subprocesses see it too).
+    global _OWN_CACHE_DIR
     if "LOOP_RULES_CACHE_DIR" not in os.environ:
-        os.environ["LOOP_RULES_CACHE_DIR"] = tempfile.mkdtemp(prefix="loop-rules-test-cache-")
+        _OWN_CACHE_DIR = tempfile.mkdtemp(prefix="loop-rules-test-cache-")
+        os.environ["LOOP_RULES_CACHE_DIR"] = _OWN_CACHE_DIR
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    # ... and it goes when the run ends, so test runs do not pile up in the temp folder.
+    if _OWN_CACHE_DIR is not None:
+        shutil.rmtree(_OWN_CACHE_DIR, ignore_errors=True)
+        del os.environ["LOOP_RULES_CACHE_DIR"]
 
 
 def corpus_bundles() -> list[Bundle]:
