@@ -977,3 +977,48 @@ def test_run_table_lists_ten_warnings_and_counts_the_others(tmp_path: Path) -> N
     assert len(listed) == 11 and all(line.endswith("timed out after 0.01s; the rule does not match")
                                      for line in listed[:10])
     assert listed[10] == "  ... 2 more in --format json"
+
+
+def _run_on_a_terminal(captures: Path, *extra: str) -> tuple[int, str, str]:
+    """``loop-rules run`` with stderr on a pseudo-terminal (as in an interactive shell)
+    and stdout on a pipe: its status, stdout, and what the terminal was sent."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        process = subprocess.Popen([sys.executable, "-m", "loop_core", "run", str(captures), *extra],
+                                   stdout=subprocess.PIPE, stderr=slave)
+    finally:
+        os.close(slave)
+    sent = bytearray()
+    try:
+        while True:
+            try:
+                data = os.read(master, 1 << 16)
+            except OSError:  # EIO: the process closed its end of the terminal
+                break
+            if not data:
+                break
+            sent += data
+    finally:
+        os.close(master)
+    assert process.stdout is not None
+    out = process.stdout.read().decode()
+    process.stdout.close()
+    return process.wait(), out, sent.decode()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs a pseudo-terminal")
+def test_a_run_on_a_terminal_shows_its_progress_there_and_not_in_its_output(captures: Path) -> None:
+    status, out, terminal = _run_on_a_terminal(captures)
+    assert status == 0
+    assert "classifying" in terminal and "  0%" in terminal and "100%" in terminal
+    assert terminal.rstrip("\r\n").endswith("\x1b[?25h")  # the cursor the bar hid is shown again
+    assert out.startswith(f"24 bundle(s) under {captures}") and "classifying" not in out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs a pseudo-terminal")
+def test_a_json_run_draws_no_progress_even_on_a_terminal(captures: Path) -> None:
+    status, out, terminal = _run_on_a_terminal(captures, "--format", "json")
+    assert status == 0 and json.loads(out)["bundles"] == 24
+    assert "classifying" not in terminal
