@@ -53,6 +53,29 @@ def _shown(value: Any, keep: str = "") -> str:
     return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
+def _shell_word(value: Any) -> str:
+    """``value`` (a path, a name) as one word to paste into a POSIX shell, and safe to print.
+
+    A name a terminal would act on (an escape sequence in a folder's name), or one
+    that is not UTF-8, is written in the ``$'...'`` form bash and zsh read, each such
+    character as its escape: pasted, the command names the same folder.
+    """
+    import shlex
+
+    text = str(value)
+    if text.isprintable():
+        return shlex.quote(text)
+
+    def escape(c: str) -> str:
+        if c in "\\'":
+            return "\\" + c
+        if "\udc80" <= c <= "\udcff":  # a byte of a name that is not UTF-8: that byte again
+            return f"\\x{ord(c) - 0xDC00:02x}"
+        return c if c.isprintable() else repr(c)[1:-1]  # \x1b, \n, \u200b, as bash reads them
+
+    return "$'" + "".join(map(escape, text)) + "'"
+
+
 def _prints_to_stderr(data: bool = True) -> contextlib.AbstractContextManager[Any]:
     """While plugins run for a command whose stdout carries data (JSON, Markdown), what
     they print (a debugging print, a notice at import) goes to stderr: stdout holds the
@@ -91,22 +114,20 @@ def _warn_if_shadowing(rules: str, option: str, engine: Any) -> None:
     if ctx.get_parameter_source(param.name) in (click.core.ParameterSource.DEFAULT,
                                                 click.core.ParameterSource.DEFAULT_MAP):
         return
-    click.echo(f"loop-rules: warning: {option} {rules} is the registered pack {rules!r}, not the folder "
+    click.echo(f"loop-rules: warning: {option} {_shown(rules)} is the registered pack {rules!r}, not the folder "
                f"{_shown(rules)} here: give {option} ./{_shown(rules)} for the folder", err=True)
 
 
 def _more_problems(rules: str) -> str:
     """Where to see every problem of a pack that failed to load on its first, when it has
     more: loading stops at the first, and ``check`` collects them all."""
-    import shlex
-
     from .engine import Engine
 
     try:
         Engine.build(rules, collect_errors=True)
     except RuleError as e:
         if len(e.problems) > 1:
-            return (f" (one of {len(e.problems)} problems; `loop-rules check --rules {shlex.quote(rules)}` "
+            return (f" (one of {len(e.problems)} problems; `loop-rules check --rules {_shell_word(rules)}` "
                     "lists them all)")
     except LoopError:  # a plugin's failure on the second load: the first problem is still the one to fix
         pass
@@ -851,7 +872,7 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
         elif left:
             settled = f"; review-queue entry {review_hash} kept: none of its {left} occurrence(s) is decided by this"
     click.echo(f"{'learned' if added else 'already known'}: {fingerprint} -> {as_class} in "
-               f"{rules_dir / 'exact.yml'}" + settled)
+               f"{_shown(rules_dir / 'exact.yml')}" + settled)
     note = _registered_elsewhere(rules_dir, pm)
     if note:
         click.echo(f"loop-rules: note: {note}", err=True)
@@ -918,10 +939,8 @@ def diff(corpus: tuple[Path, ...], new_rules: str, old_rules: str, fmt: str, fai
         for rule, n in sorted(report.shadow_hits.items()):
             click.echo(f"  shadow rule {rule} would match {n} bundle(s)")
     if report.unreadable == report.bundles:  # a mistyped or empty CORPUS: one unreadable bundle, not a pass
-        import shlex
-
         click.echo(f"loop-rules: no bundle could be read: nothing compared; `loop-rules classify "
-                   f"{' '.join(shlex.quote(str(path)) for path in corpus)}` names the errors", err=True)
+                   f"{' '.join(_shell_word(path) for path in corpus)}` names the errors", err=True)
         if fail_on_change:
             sys.exit(1)
     if fail_on_change and report.changes:
@@ -986,7 +1005,7 @@ def report(captures: Path, out: str, rules: str, catalog: Path | None) -> None:
     unreadable = f", {len(data.unreadable)} unreadable" if data.unreadable else ""
     # The counts say whether the page is worth reading (a mistyped CAPTURES is one unreadable
     # bundle): on stderr when the page is on stdout, so a pipe gets the page alone.
-    click.echo(f"wrote {'the report to stdout' if to_stdout else out} ({data.bundles} bundle(s), "
+    click.echo(f"wrote {'the report to stdout' if to_stdout else _shown(out)} ({data.bundles} bundle(s), "
                f"{sum(data.by_class.values())} failure(s), {len(data.groups)} dedup group(s){unreadable})",
                err=to_stdout)
 
@@ -1135,19 +1154,17 @@ def _tell_problems(tracker: Any, captures: Path | None) -> None:
     for problem in problems:
         click.echo(f"loop-rules: {getattr(tracker, 'name', 'tracker')}: {_shown(problem)}", err=True)
     if captures is not None:
-        import shlex
-
         from .trackers import DEDUP_QUEUE
 
         repo = getattr(tracker, "repo", None)
-        target = f" --repo {shlex.quote(repo)}" if isinstance(repo, str) and repo else ""
-        click.echo(f"loop-rules: what could not be filed waits in {captures / DEDUP_QUEUE}; "
-                   f"`loop-rules spool replay {shlex.quote(str(captures))} --tracker {shlex.quote(tracker.name)}"
+        target = f" --repo {_shell_word(repo)}" if isinstance(repo, str) and repo else ""
+        click.echo(f"loop-rules: what could not be filed waits in {_shown(captures / DEDUP_QUEUE)}; "
+                   f"`loop-rules spool replay {_shell_word(captures)} --tracker {_shell_word(tracker.name)}"
                    f"{target}` files it", err=True)
 
 
 def _run_table(captures: Path, data: dict[str, Any], tracker_name: str) -> None:
-    click.echo(f"{data['bundles']} bundle(s) under {captures}, rules_version {data['rules_version']}")
+    click.echo(f"{data['bundles']} bundle(s) under {_shown(captures)}, rules_version {data['rules_version']}")
     if data["by_class"]:
         click.echo("failures by class:")
         for cls, n in data["by_class"].items():
@@ -1175,9 +1192,7 @@ def _run_table(captures: Path, data: dict[str, Any], tracker_name: str) -> None:
         for err in data["errors"]:
             click.echo(f"  {_shown(err['message'])}")
     if not data["dry_run"] and tracker_name == "sqlite":
-        import shlex
-
-        click.echo(f"browse: loop-rules tracker list {shlex.quote(str(captures))}")
+        click.echo(f"browse: loop-rules tracker list {_shell_word(captures)}")
 
 
 @cli.group()
@@ -1276,7 +1291,6 @@ def _not_an_issue(captures: Path, ref: str) -> str:
     """What else ``ref``, which names no issue, may be: the review-queue entry of an
     unknown failure (queued, never filed), or a hash prefix too short to name one."""
     import re
-    import shlex
 
     from .trackers import MIN_HASH_PREFIX, ReviewQueue
 
@@ -1287,7 +1301,7 @@ def _not_an_issue(captures: Path, ref: str) -> str:
     if len(text) >= MIN_HASH_PREFIX:
         with contextlib.suppress(OSError):  # no queue, or not a folder: nothing waits there
             entries = sorted(p for p in queue.glob(f"{text}*.json") if re.fullmatch(r"[0-9a-f]{12}", p.stem))
-            listed = f"`loop-rules review list {shlex.quote(str(captures))}` lists them"
+            listed = f"`loop-rules review list {_shell_word(captures)}` lists them"
             if len(entries) == 1:
                 return (f": it is review-queue entry {entries[0].stem}, {entries[0]} (unknown failures wait "
                         f"there, not filed); {listed}")
@@ -1310,9 +1324,7 @@ def _open_tracker(captures: Path) -> Any:
     with contextlib.suppress(OSError):  # no file (or one that cannot be read: said when it is opened)
         empty = path.stat().st_size == 0  # a run killed as it made the file, or a `touch`
     if empty or not path.exists():
-        import shlex
-
-        quoted = shlex.quote(str(captures))
+        quoted = _shell_word(captures)
         spool = Path(captures) / DEDUP_QUEUE
         spooled = 0
         with contextlib.suppress(OSError):  # no spool, or not a folder: nothing waits there
@@ -1599,6 +1611,8 @@ def main(argv: list[str] | None = None) -> None:
             import traceback
 
             traceback.print_exception(failure, file=sys.stderr)
+        # A path typed or globbed (a folder named with an escape sequence) is quoted as it was.
+        e.message = _shown(e.message, keep="\n")
         e.show()
         sys.exit(e.exit_code)
     except KeyboardInterrupt as e:  # before click took over

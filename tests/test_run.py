@@ -814,6 +814,53 @@ def test_the_browse_hint_can_be_pasted_into_a_shell(tmp_path: Path) -> None:
     assert last == f"browse: loop-rules tracker list '{odd}'"
 
 
+TITLE = "\x1b]0;OWNED\x07"  # sets the terminal's title; not a colour, so no output strips it
+
+
+def _pasted(word: str) -> bytes:
+    """What bash makes of ``word`` pasted into a command line."""
+    return subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True).stdout
+
+
+def test_a_captures_folder_named_with_an_escape_cannot_drive_the_terminal(tmp_path: Path) -> None:
+    """A glob over uploads (``loop-rules run captures/*``) passes folder names nobody
+    typed: the run's header and its browse hint wrote them to the terminal as they were."""
+    odd = copy_examples(tmp_path / f"caps{TITLE}")
+    out = CliRunner().invoke(cli, ["run", str(odd)], color=True).stdout
+    assert "\x1b" not in out and "\x07" not in out
+    assert f"24 bundle(s) under {tmp_path}/caps\\x1b]0;OWNED\\x07, rules_version" in out
+    hint = out.splitlines()[-1].removeprefix("browse: loop-rules tracker list ")
+    assert hint.startswith("$'") and _pasted(hint) == os.fsencode(odd)  # pasted, it names the folder
+
+
+@pytest.mark.parametrize("name", ["plain", "sp ace", "it's", "a\\b", f"t{TITLE}", "nl\nx", "zw\u200bj",
+                                  os.fsdecode(b"not-utf8-\xff")])
+def test_a_shell_word_names_the_same_thing_in_bash_and_prints_safely(name: str) -> None:
+    from loop_core.cli import _shell_word
+
+    word = _shell_word(name)
+    assert word.isprintable() and word.encode("utf-8")  # no lone surrogate: any terminal takes it
+    assert _pasted(word) == os.fsencode(name)
+
+
+def test_a_report_written_to_a_file_named_with_an_escape_says_so_safely(captures: Path) -> None:
+    out = captures.parent / f"r{TITLE}.html"
+    said = CliRunner().invoke(cli, ["report", str(captures), "--out", str(out)], color=True).stdout
+    assert out.is_file() and said.startswith(f"wrote {captures.parent}/r\\x1b]0;OWNED\\x07.html (24 bundle(s)")
+
+
+def test_an_error_naming_a_folder_with_an_escape_quotes_it(tmp_path: Path) -> None:
+    """An error's one line names the folder given; main() writes it escaped."""
+    odd = copy_examples(tmp_path / f"caps{TITLE}")
+    result = subprocess.run([sys.executable, "-m", "loop_core", "tracker", "show", str(odd), "99"],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 2 and "\x1b" not in result.stderr and "\x07" not in result.stderr
+    assert result.stderr.startswith(f"Error: {tmp_path}/caps\\x1b]0;OWNED\\x07/_loop/tracker.sqlite: no tracker yet")
+    hint = result.stderr.split("`loop-rules run ", 1)[1].split("`", 1)[0]
+    assert _pasted(hint) == os.fsencode(odd)
+
+
+
 def test_capture_text_cannot_drive_the_terminal(captures: Path) -> None:
     escape = "\x1b]0;OWNED\x07\x1b[2J"
     for path in captures.rglob("manifest.json"):
