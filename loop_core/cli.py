@@ -474,6 +474,9 @@ def explain(bundle: Path, rules: str, fmt: str) -> None:
     For each rule: the selector's value and the regex span or literal found.
     The first matcher that decides wins; later ones are still shown.
 
+    Exit status 0; 2 when BUNDLE cannot be read (the reader's error names the
+    file) or the pack cannot be loaded.
+
     \b
     Example:
         loop-rules explain --rules reference examples/pull-captures/qwen-qwen3-14b/20261126T101112Z
@@ -805,6 +808,11 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
     That installed copy is refused: an upgrade would replace what was
     learned.
 
+    Exit status 0 when the fingerprint is learned or was already known; 2 when
+    nothing was written: an unreadable bundle, an unknown review entry, a pack
+    directory that is missing, invalid or the installed copy, or a fingerprint
+    already learned as another class.
+
     \b
     Example:
         loop-rules learn examples/pull-captures/qwen-qwen3-14b/20261126T101112Z --as unknown \\
@@ -1085,6 +1093,12 @@ def run(captures: Path, tracker_name: str, repo: str | None, rules: str, catalog
     Unreadable bundles are counted and listed, never fatal. Running again over
     the same captures files nothing new.
 
+    Exit status 0 when the run completed (unreadable bundles, spooled
+    occurrences and skipped review entries included: the summary counts them);
+    2 when it could not run (an invalid pack or catalog, an unknown tracker, a
+    spool or review queue that cannot be written, a damaged tracker); 74 when
+    the system refuses a write (a full disk).
+
     \b
     Example:
         loop-rules run examples/pull-captures
@@ -1253,6 +1267,8 @@ def tracker_show(captures: Path, issue: str, fmt: str) -> None:
     its capture time, the first 16 digits of its
     submission fingerprint (manifest- and 16 digits of the manifest's digest
     for a bundle without one, such as a gate-only bundle) and its bundle.
+
+    Exit status 0; 2 when CAPTURES has no tracker yet or no issue matches ISSUE.
 
     \b
     Example:

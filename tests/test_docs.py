@@ -412,7 +412,7 @@ def test_every_command_with_a_status_1_says_so_in_its_help() -> None:
         assert re.search(r"Exit (status )?1 ", shown), command
 
 
-@pytest.mark.parametrize("command", ["report", "diff", "eval", "plugins"])
+@pytest.mark.parametrize("command", ["report", "diff", "eval", "plugins", "run", "explain", "learn"])
 def test_the_help_says_what_the_exit_statuses_are(command: str) -> None:
     """report and diff kept their exit statuses to the docs: a CI script's author reading
     --help could not tell whether an unreadable capture or a changed bundle fails the step."""
