@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import struct
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
+from typing import Any
 
+import pluggy
 import pytest
 from click.testing import CliRunner
 
+from loop_core import Engine, Match, MatchContext, Matcher, Tier, hookimpl
 from loop_core.cli import cli
+from loop_core.report import collect_triage, render_html
 from loop_core.testing import make_bundle, write_bundle
+from loop_core.verdict import FailureClass
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -288,7 +295,14 @@ def test_report_cards_charts_and_groups_show_the_corpus_numbers(captures: Path, 
     stage it passed (its longest bar full width), and an OOM that used less than predicted
     draws its bar left of the line."""
     page = make_report(captures, tmp_path / "r.html")
+    assert '<div class="card"><b>24</b>bundles</div>' in page
     assert '<div class="card"><b>20</b>failures</div>' in page
+    assert '<div class="card"><b>12</b>distinct issues</div>' in page  # groups, not the bundles in them
+    assert '<div class="card"><b>3</b>successes</div>' in page
+    classes = page[page.index("<h2>Failures by class</h2>"):page.index("<h2>Trust funnel</h2>")]
+    bars = re.findall(r'>([\w-]+)</text><rect x="170" y="\d+" width="(\d+)"[^>]*/><text[^>]*>(\d+)</text>', classes)
+    assert [stage for stage, _w, _n in bars] == [c.value for c in FailureClass]  # all six, in class order
+    assert sum(int(n) for _s, _w, n in bars) == 20
     groups = page[page.index("<h2>Top dedup groups</h2>"):page.index("<h2>OOM: measured vs predicted</h2>")]
     counts = [int(n) for n in re.findall(r'<tr><td class="num">(\d+)</td>', groups)]
     assert len(counts) == 12 and counts == sorted(counts, reverse=True) and counts[0] == 2
@@ -312,6 +326,7 @@ def test_an_oom_that_used_exactly_its_prediction_has_a_bar(tmp_path: Path) -> No
                 "actual": {"attempted_alloc_mib": 2560, "gpu_worker_reported_mib": 23_040}}}))
     page = make_report(captures, tmp_path / "r.html")
     assert "acme/exact @ 1</text>" in page and ">+0</text>" in page
+    assert re.search(r'@ 1</text><rect x="\d+" y="\d+" width="1"', page)  # a bar one unit wide, not none
     assert "without a usable delta" not in page
 
 
@@ -360,3 +375,167 @@ def test_a_review_queue_file_that_cannot_be_read_is_named_as_skipped(tmp_path: P
     assert "something odd" in page  # the readable entry is still listed
     stderr = CliRunner().invoke(cli, ["report", str(captures), "--out", str(tmp_path / "r.html")]).stderr
     assert re.fullmatch(r"loop-rules: warning: skipped \S*/0123456789ab\.json: not a regular file.*\n", stderr)
+
+
+def _oom(captures: Path, name: str, actual: int | None, model: str | None = None) -> None:
+    """An OOM capture predicted to need 23,040 MiB that used ``actual`` (no measure: None)."""
+    model = model or f"acme/{name}"
+    pt3: dict[str, object] = {"failure_log_excerpt": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.50 GiB\n"}
+    if actual is not None:
+        pt3["actual"] = {"attempted_alloc_mib": 2560, "gpu_worker_reported_mib": actual}
+    write_bundle(captures / name / "1", make_bundle({
+        "manifest": {"model": model, "model_id": model},
+        "pt1": {"predicted_b_breakdown": {"weights_gb": 9.0, "kv_gb": 12.0, "overhead_gb": 1.5}}, "pt3": pt3}))
+
+
+def test_the_oom_chart_keeps_the_furthest_either_side_in_the_order_found(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept by how far they are from their prediction, under or over, and drawn in the order
+    the bundles were read; a bar under the prediction in its own colour."""
+    from loop_core import report
+
+    monkeypatch.setattr(report, "SHOWN_DELTAS", 2)
+    captures = tmp_path / "c"
+    _oom(captures, "oom-0", 23_040 + 5_000)
+    _oom(captures, "oom-1", 23_040 + 60)
+    _oom(captures, "oom-2", 23_040 - 10_000)
+    oom = make_report(captures, tmp_path / "r.html")
+    oom = oom[oom.index("<h2>OOM: measured vs predicted</h2>"):oom.index("<h2>Review queue</h2>")]
+    bars = re.findall(r'>(acme/oom-\d) @ 1</text><rect [^>]*fill="(#\w+)"', oom)
+    assert bars == [("acme/oom-0", "#d1495b"), ("acme/oom-2", "#00798c")]
+    assert ">+5000</text>" in oom and ">-10000</text>" in oom and ">+60</text>" not in oom
+
+
+def test_an_oom_chart_label_is_cut_to_sixty_characters(tmp_path: Path) -> None:
+    captures = tmp_path / "c"
+    _oom(captures, "long", 23_100, model="acme/" + "x" * 100)
+    page = make_report(captures, tmp_path / "r.html")
+    assert f'font-size="13">acme/{"x" * 55}</text>' in page
+
+
+def test_the_oom_chart_counts_the_ooms_it_cannot_draw(tmp_path: Path) -> None:
+    captures = tmp_path / "c"
+    _oom(captures, "unmeasured-0", None)
+    _oom(captures, "unmeasured-1", None)
+    page = make_report(captures, tmp_path / "r.html")
+    assert "no OOM with both a predicted total and a measured peak (2 OOM bundle(s) without a usable delta)" in page
+
+
+def test_an_oom_chart_of_exactly_the_shown_bars_says_nothing_was_left_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import report
+
+    monkeypatch.setattr(report, "SHOWN_DELTAS", 2)
+    captures = tmp_path / "c"
+    _oom(captures, "oom-0", 23_100)
+    _oom(captures, "oom-1", 23_200)
+    page = make_report(captures, tmp_path / "r.html")
+    assert "acme/oom-0 @ 1</text>" in page and "acme/oom-1 @ 1</text>" in page
+    assert "furthest from their prediction" not in page
+
+
+def test_the_page_shows_the_first_hundred_unreadable_bundles_and_fifty_oom_bars(tmp_path: Path) -> None:
+    """The limits docs/cli.md gives, as shipped."""
+    captures = tmp_path / "c"
+    for i in range(101):
+        (captures / f"broken-{i:03}" / "1").mkdir(parents=True)
+        (captures / f"broken-{i:03}" / "1" / "manifest.json").write_text("{")
+    for i in range(51):
+        _oom(captures, f"oom-{i:02}", 23_040 + 100 * (i + 1))
+    page = make_report(captures, tmp_path / "r.html")
+    assert page.count("manifest.json: invalid JSON") == 100 and "… and 1 more: <code>loop-rules classify" in page
+    assert "the 50 furthest from their prediction, of 51 OOM bundles with a delta" in page
+    assert "acme/oom-00 @ 1</text>" not in page and "acme/oom-01 @ 1</text>" in page
+
+
+def test_each_shadow_rule_counts_every_bundle_it_matches(tmp_path: Path) -> None:
+    pack = Path(shutil.copytree(ROOT / "rules.d", tmp_path / "rules.d"))
+    (pack / "05-trial.yml").write_text(
+        "- id: trial-oom\n  class: genuine-oom\n  mode: shadow\n  description: trial\n"
+        "  when: {select: $.signal.all_text, contains: Tried to allocate}\n"
+        "  examples: {match: [Tried to allocate 2 GiB], no_match: [x]}\n")
+    captures = tmp_path / "c"
+    for i in range(3):
+        _oom(captures, f"oom-{i}", 23_100)
+    result = CliRunner().invoke(cli, ["report", str(captures), "--rules", str(pack), "--out", str(tmp_path / "r.html")])
+    assert result.exit_code == 0, result.output
+    assert '<td class="num">3</td><td><code>trial-oom</code></td>' in (tmp_path / "r.html").read_text()
+
+
+def test_a_review_entry_edited_into_another_shape_is_counted_as_unknown(tmp_path: Path) -> None:
+    """Its count is "?" (as `review list` shows it), not a number it does not hold."""
+    captures = tmp_path / "c"
+    write_bundle(captures / "m" / "1", make_bundle({"pt3": {"failure_log_excerpt": "something odd\n"}}))
+    assert CliRunner().invoke(cli, ["run", str(captures)]).exit_code == 0
+    (entry,) = (captures / "_review-queue").glob("*.json")
+    doc = json.loads(entry.read_text())
+    doc["occurrences"] = {"edited": "by hand"}
+    entry.write_text(json.dumps(doc))
+    page = make_report(captures, tmp_path / "r.html")
+    assert f'<tr><td class="num">?</td><td><code>{entry.stem}</code></td>' in page
+
+
+def test_the_heading_escapes_the_captures_folder_name(tmp_path: Path) -> None:
+    captures = tmp_path / "a<b>&c"
+    _oom(captures, "oom", 23_100)
+    page = make_report(captures, tmp_path / "r.html")
+    assert f'<p class="sub">{tmp_path}/a&lt;b&gt;&amp;c · pack' in page and "<b>&c" not in page
+
+
+def test_a_page_without_unreadable_bundles_has_no_section_for_them(tmp_path: Path) -> None:
+    captures = tmp_path / "c"
+    _oom(captures, "oom", 23_100)
+    page = make_report(captures, tmp_path / "r.html")
+    assert '<div class="card"><b>0</b>unreadable</div>' in page
+    assert "Unreadable bundles" not in page
+
+
+def test_the_page_is_stamped_in_utc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_gmtime = time.gmtime
+    monkeypatch.setenv("TZ", "Pacific/Kiritimati")  # UTC+14: a local time is never the UTC one
+    time.tzset()
+    try:
+        monkeypatch.setattr(time, "gmtime", lambda *when: real_gmtime(*(when or (86_400 * 365 + 3_600,))))
+        captures = tmp_path / "c"
+        _oom(captures, "oom", 23_100)
+        page = make_report(captures, tmp_path / "r.html")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert "· 1971-01-01 01:00 UTC</p>" in page
+
+
+def test_a_class_without_failures_keeps_a_stub_of_a_bar(tmp_path: Path) -> None:
+    captures = tmp_path / "c"
+    _oom(captures, "oom", 23_100)
+    page = make_report(captures, tmp_path / "r.html")
+    assert re.search(r'>unknown</text><rect x="170" y="\d+" width="2"', page)
+    assert re.search(r'>genuine-oom</text><rect x="170" y="\d+" width="300"', page)
+
+
+class _SegfaultTier1:
+    """A plugin's Tier-1 matcher that decides a segfault with inputs of its own."""
+
+    @hookimpl
+    def loop_register_matchers(self, register: Any) -> None:
+        def match(ctx: MatchContext) -> Match | None:
+            if "segfault" in ctx.view.signal("error_text_lower"):
+                return Match("kernel-unsupported", "acme-segv", delta_mib=512, tier1_inputs={"core": "dumped"})
+            return None
+
+        register(Matcher("acme-segv", Tier.TIER1, 10, match))
+
+
+def test_the_oom_chart_shows_only_ooms(pm: pluggy.PluginManager, register_plugin: Any, tmp_path: Path) -> None:
+    """A plugin's Tier-1 matcher may decide another class with inputs and a delta of its own:
+    the chart of measured against predicted memory is the OOMs'."""
+    register_plugin(_SegfaultTier1(), "acme-segv")
+    captures = tmp_path / "c"
+    write_bundle(captures / "segv" / "1", make_bundle({
+        "manifest": {"model": "acme/segv", "model_id": "acme/segv"},
+        "pt3": {"failure_log_excerpt": "Segfault in the kernel launcher\n"}}))
+    data = collect_triage(captures, Engine.build("default", pm))
+    assert data.by_class["kernel-unsupported"] == 1
+    page = render_html(data)
+    oom = page[page.index("<h2>OOM: measured vs predicted</h2>"):page.index("<h2>Review queue</h2>")]
+    assert "(0 OOM bundle(s) without a usable delta)" in oom and "acme/segv" not in oom
