@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pluggy
 import pytest
@@ -442,6 +443,63 @@ def test_an_entry_whose_description_was_decided_says_so(pack: Path, tmp_path: Pa
     assert not (pack / "exact.yml").exists()
 
 
+def _queued_without_its_bundle(pack: Path, captures: Path, edit: Any = None) -> tuple[dict[str, Any], Any]:
+    """One unknown failure queued by a run, its bundle moved away since; ``edit(doc)`` edits
+    its entry's file. Returns the entry as `review list` showed it and the result of
+    `learn --review` on it, as unknown."""
+    write_bundle(captures / "m" / "1", make_bundle(NOVEL))
+    invoke("run", str(captures), "--rules", str(pack))
+    (entry,) = _queue(captures)
+    shutil.move(str(captures / "m"), str(captures.parent / "moved-away"))
+    if edit is not None:
+        path = captures / "_review-queue" / f"{entry['dedup_hash']}.json"
+        doc = json.loads(path.read_text())
+        edit(doc)
+        path.write_text(json.dumps(doc))
+    return entry, invoke("learn", "--review", entry["dedup_hash"], "--captures", str(captures), "--as", "unknown",
+                         "--rules", str(pack))
+
+
+def test_learn_from_an_entry_without_a_fingerprint_works_it_out_from_its_tuple(pack: Path, tmp_path: Path) -> None:
+    """An entry whose fingerprint was edited away (or the reference wrote without one), its
+    bundle gone: the fingerprint is worked out again from the error and the tuple."""
+    def edit(doc: dict[str, Any]) -> None:
+        doc["fingerprint"] += " (see the thread)"
+
+    entry, result = _queued_without_its_bundle(pack, tmp_path / "captures", edit)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"learned: {entry['fingerprint']} -> unknown in ")
+    assert f"'{entry['fingerprint']}': unknown" in (pack / "exact.yml").read_text()
+
+
+def test_learn_takes_out_an_occurrence_whose_bundle_is_gone_when_its_entry_is_the_error_learned(
+        pack: Path, tmp_path: Path) -> None:
+    _, result = _queued_without_its_bundle(pack, tmp_path / "captures")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.endswith("exact.yml; removed from the review queue\n") and _queue(tmp_path / "captures") == []
+
+
+def test_learn_from_an_entry_with_a_cut_tuple_says_it_has_nothing_to_learn_from(pack: Path, tmp_path: Path) -> None:
+    def edit(doc: dict[str, Any]) -> None:
+        del doc["fingerprint"]
+        doc["canonical"]["tuple_ordered"] = doc["canonical"]["tuple_ordered"][:5]
+
+    entry, result = _queued_without_its_bundle(pack, tmp_path / "captures", edit)
+    assert result.exit_code == 2
+    assert f"review entry '{entry['dedup_hash']}': no fingerprint and no canonical tuple" in result.output
+    assert not (pack / "exact.yml").exists()
+
+
+def test_learn_from_a_bundle_without_a_queue_entry_says_nothing_of_the_queue(pack: Path, tmp_path: Path) -> None:
+    """A bundle never queued (no run yet): there is no entry to keep or settle."""
+    captures = tmp_path / "captures"
+    bundle = write_bundle(captures / "m" / "1", make_bundle(NOVEL))
+    result = invoke("learn", str(bundle), "--captures", str(captures), "--as", "unknown", "--rules", str(pack))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("learned: ") and result.stdout.endswith(f" -> unknown in {pack / 'exact.yml'}\n")
+    assert not (captures / "_review-queue").exists() or not list((captures / "_review-queue").iterdir())
+
+
 def test_learn_from_a_bundle_leaves_the_table_alone_when_its_entry_is_damaged(pack: Path, tmp_path: Path) -> None:
     captures = tmp_path / "captures"
     bundle = write_bundle(captures / "m" / "20260801T000000Z", make_bundle(NOVEL))
@@ -534,6 +592,8 @@ def test_a_change_of_rule_alone_is_no_class_transition(pack: Path, tmp_path: Pat
     md = invoke("diff", "--rules", str(pack), "--format", "markdown", str(corpus)).output
     assert "| `unknown` | `overlay-arch-drift` | 1 |\n\n1 kept their class under another rule or dedup hash.\n" in md
     assert "`quant-unsupported` | `quant-unsupported`" not in md
+    # the class cell of that bundle is its one class, no arrow to itself
+    assert "| `quant-unsupported` | `quant-weightload-dtype` → `quant-weightload-renamed` | `" in md
 
 
 def test_a_backtick_in_a_pack_name_keeps_the_markdown_heading_whole(pack: Path, tmp_path: Path) -> None:
@@ -660,6 +720,19 @@ def test_lint_finds_unreachable_rules_and_idle_files(tmp_path: Path) -> None:
     assert "40-pins.yml" not in out  # a comment on its exact: line hid its entry
     assert "p/20-narrow.yml: contributes nothing: all of its rules are unreachable" in out
     assert invoke("check", "--strict", "--rules", str(pack)).exit_code == 1
+
+
+def test_lint_calls_neither_a_rule_that_wins_one_example_nor_a_shadow_rule_unreachable(tmp_path: Path) -> None:
+    # `broad` decides QuantError first, but Quant refused is narrow's own; the shadow rule never decides
+    wins_one = "{match: [QuantError, Quant refused], no_match: [fine]}"
+    narrow = (f"- id: narrow\n  class: quant-unsupported\n  description: d\n  examples: {wins_one}\n"
+              "  when: {select: $.signal.all_text, contains: Quant}\n")
+    trial = ("- id: trial\n  class: kernel-unsupported\n  mode: shadow\n  description: d\n"
+             "  when: {select: $.signal.all_text, contains: KeyError}\n  examples: {match: [KeyError], no_match: [x]}\n")
+    (_broad_pack(tmp_path) / "20-narrow.yml").write_text(narrow + trial)
+    result = invoke("check", "--rules", str(tmp_path / "p"))
+    assert result.exit_code == 0, result.output
+    assert "unreachable" not in result.output and "contributes nothing" not in result.output
 
 
 def test_lint_says_where_what_decides_first_is(tmp_path: Path) -> None:
