@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
@@ -17,6 +18,7 @@ import pytest
 
 from loop_core import Engine, PluginError, hookimpl, make_plugin_manager
 from loop_core.dedup import (
+    BODY_LIMIT,
     IssueDraft,
     Occurrence,
     draft_issue,
@@ -939,14 +941,20 @@ def test_a_code_block_a_maintainer_writes_above_the_marker_keeps_the_first_submi
     assert gh.issues()[0]["comments"] == []
 
 
-def test_a_tilde_line_in_fenced_capture_text_does_not_end_the_fence(
-        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+@pytest.mark.parametrize("log", [
+    "\n\n**Log:**\n\n```\nINFO loading\n~~~\n{marker}\n```",
+    "\n\n**Log:**\n\n````\nINFO loading\n```\n{marker}\n````",
+    "\n\n**Model:** `{marker}`",
+], ids=["tilde-line", "shorter-backtick-run", "code-span"])
+def test_a_marker_in_capture_text_that_only_looks_unfenced_marks_nothing(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, log: str) -> None:
     """An issue the reference opened carries no marker of ours: a `~~~` line in its fenced
-    log must not end a backtick fence, or a marker line after it, written by whoever wrote
-    the log, would mark another capture as counted."""
+    log must not end a backtick fence, nor a run of backticks shorter than the fence's, or
+    a marker line after it, written by whoever wrote the log, would mark another capture as
+    counted; nor does a marker inside the model's code span start its line."""
     draft, _ = failure()
     _, victim = failure(ts="20260802T093000Z")
-    log = f"\n\n**Log:**\n\n```\nINFO loading\n~~~\n<!-- loop-rules first-submission: {victim.submission} -->\n```"
+    log = log.format(marker=f"<!-- loop-rules first-submission: {victim.submission} -->")
     issue = {"number": 1, "title": draft.title, "body": draft.body + log, "labels": list(draft.labels),
              "state": "open", "comments": []}
     gh.seed(labels={name: {} for name in draft.labels}, issues=[issue])
@@ -1055,6 +1063,90 @@ def test_problems_name_each_failing_call_once(gh: FakeGh, captures: Path, fake_c
     assert list(t.problems) == ["`gh issue create` failed (exit 1): HTTP 502: simulated"]
 
 
+def test_a_problem_quotes_the_first_line_gh_printed(gh: FakeGh, captures: Path, fake_clock: FakeClock,
+                                                    failure: Any) -> None:
+    def chatty(argv: list[str], timeout: float) -> GhResult:
+        if argv[:2] == ["issue", "create"]:
+            return GhResult(False, 1, "", "\n  HTTP 502: Bad Gateway  \n(https://api.github.com/graphql)\nretry later\n")
+        return run_gh(argv, timeout=timeout)
+
+    assert tracker(captures, fake_clock, runner=chatty).file(*failure()).action is FileAction.SPOOLED
+    t = tracker(captures, fake_clock, runner=chatty)
+    t.file(*failure(model="acme/Other-7B"))
+    assert list(t.problems) == ["`gh issue create` failed (exit 1): HTTP 502: Bad Gateway"]
+
+
+def test_an_unreadable_answer_is_quoted_by_its_first_eighty_characters(captures: Path, fake_clock: FakeClock,
+                                                                         failure: Any) -> None:
+    page = "<!DOCTYPE html><html><head><title>Unicorn! · GitHub</title>" + "<style>x{}</style>" * 50
+
+    def html(argv: list[str], *, timeout: float) -> GhResult:
+        return GhResult(True, 0, page + "\n", "")
+
+    t = GitHubTracker(captures, runner=html, sleep=fake_clock.sleep, clock=fake_clock.clock)
+    assert t.file(*failure()).reason == "gh-degraded:label-list rc=0"
+    said = f"`gh label list` answered unreadably: its output is not the JSON asked for: {page[:80]!r}"
+    assert list(t.problems) == [said]
+
+
+def test_an_issue_view_without_its_comments_is_said_to_be_unreadable(captures: Path, fake_clock: FakeClock,
+                                                                       failure: Any) -> None:
+    draft, occ = failure()
+    issue = {"number": 1, "body": first_body(draft, failure(ts="20260901T0000Z")[1]),
+             "comments": [{"body": "thanks"}] * 100}
+
+    def no_comments(argv: list[str], *, timeout: float) -> GhResult:
+        answers = {"label": [{"name": draft.labels[0]}], "issue list": [issue], "issue view": {"comments": None}}
+        return GhResult(True, 0, json.dumps(answers.get(" ".join(argv[:2]), answers["label"])), "")
+
+    t = GitHubTracker(captures, runner=no_comments, sleep=fake_clock.sleep, clock=fake_clock.clock)
+    result = t.file(draft, occ)
+    assert (result.action, result.reason) == (FileAction.SPOOLED, "gh-degraded:issue-view rc=0")
+    assert list(t.problems) == [
+        "`gh issue view` answered unreadably: its output is not the JSON asked for: '{\"comments\": null}'"]
+    assert spooled(captures, draft) == [occ.submission]
+
+
+def test_a_bug_while_filing_spools_the_occurrence_and_is_named(gh: FakeGh, captures: Path, failure: Any) -> None:
+    def broken_clock() -> float:
+        raise RuntimeError("clock went away")
+
+    draft, occ = failure()
+    t = GitHubTracker(captures, repo=REPO, clock=broken_clock)
+    result = t.file(draft, occ)
+    assert (result.action, result.reason) == (FileAction.SPOOLED, "gh-degraded:internal RuntimeError")
+    assert list(t.problems) == ["internal error while filing: RuntimeError: clock went away"]
+    assert spooled(captures, draft) == [occ.submission]
+
+
+def test_a_draft_that_fills_the_body_limit_still_carries_its_first_submission(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """A plugin's draft may fill GitHub's 65,536 characters: the marker takes the end of it,
+    where a body over the limit would be refused on every run."""
+    draft, occ = failure()
+    full = dataclasses.replace(draft, body=draft.body + "\n" + "x" * (BODY_LIMIT - len(draft.body) - 1))
+    assert tracker(captures, fake_clock).file(full, occ).action is FileAction.OPENED
+    [issue] = gh.issues()
+    assert len(issue["body"]) == BODY_LIMIT and issue["body"].endswith(f"first-submission: {occ.submission} -->")
+    assert tracker(captures, FakeClock()).file(full, occ).action is FileAction.ALREADY_COUNTED
+
+
+def test_gh_runs_without_prompts_update_notices_or_colours(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What gh prints is quoted to the user and read as JSON: no prompt waiting for an
+    answer, no update notice as its first line, no colour codes."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "gh").write_text(f"#!{sys.executable}\nimport json, os\n"
+                               "print(json.dumps({k: os.environ.get(k) for k in "
+                               "('GH_PROMPT_DISABLED', 'GH_NO_UPDATE_NOTIFIER', 'NO_COLOR')}))\n")
+    (bindir / "gh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}")
+    for name in ("GH_PROMPT_DISABLED", "GH_NO_UPDATE_NOTIFIER", "NO_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    r = run_gh(["label", "list"])
+    assert r.ok and json.loads(r.stdout) == {"GH_PROMPT_DISABLED": "1", "GH_NO_UPDATE_NOTIFIER": "1", "NO_COLOR": "1"}
+
+
 def test_creates_that_keep_failing_stop_the_run_though_labels_are_made(
         gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
     """A label made for each new failure counted as a write that went through: with every
@@ -1084,6 +1176,18 @@ def test_failures_with_filings_that_go_through_between_them_do_not_stop_the_run(
     results = [t.file(*failure(model=f"acme/M{i}-7B")) for i in range(6)]
     assert [r.action for r in results] == [FileAction.SPOOLED, FileAction.OPENED] * 3
     assert len(gh.issues()) == 3 and len(SpoolTracker(captures).pending()) == 3
+
+
+def test_a_label_listing_that_prints_nothing_is_a_repository_without_labels(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    def quiet_labels(argv: list[str], timeout: float) -> GhResult:
+        if argv[:2] == ["label", "list"]:
+            return GhResult(True, 0, "", "")
+        return run_gh(argv, timeout=timeout)
+
+    t = tracker(captures, fake_clock, runner=quiet_labels)
+    assert t.file(*failure()).action is FileAction.OPENED and t.problems == {}
+    assert len(gh.issues()) == 1
 
 
 @pytest.mark.parametrize("said", [
