@@ -434,6 +434,7 @@ def test_an_issue_opened_meanwhile_by_another_run_is_the_one_counted_on(
     issues = {i["number"]: i for i in gh.issues()}
     assert (issues[3]["state"], issues[3]["state_reason"]) == ("closed", "not planned")
     assert issues[3]["comments"][0]["body"].startswith("Duplicate of #2")
+    assert fake_clock.slept == [3.0, 3.0, 3.0]  # the create, the +1 and the closing comment, each paced
     assert [plus_one_submission(c["body"]) for c in issues[2]["comments"]] == [second.submission]
     # Both runs, and any later one, now count on #2 and never twice.
     for t in (b, tracker(captures, FakeClock())):
@@ -461,6 +462,24 @@ def test_two_runs_on_one_machine_never_count_a_submission_twice(
     assert a.file(draft, third).action is FileAction.ALREADY_COUNTED
     # Nobody else wrote between a's own calls: what it knew still held, no lookup.
     assert [c[:2] for c in gh.calls()] == [["issue", "comment"]]
+
+
+def test_a_run_on_the_same_machine_finds_the_issue_another_opened_meanwhile(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run B listed the labels before run A opened failure K's issue: sharing the lock, B
+    forgets that listing too and finds K's issue, instead of opening a second one."""
+    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path / "machine"))
+    draft, first = failure()
+    _, second = failure(ts="20260802T093000Z")
+    b = tracker(captures, fake_clock)
+    assert b.file(*failure(model="acme/Unrelated-3B")).issue == 1
+    assert tracker(captures, fake_clock).file(draft, first).issue == 2
+    gh.forget_calls()
+    result = b.file(draft, second)
+    assert (result.action, result.issue, result.reason) == (FileAction.PLUS_ONE, 2, "plusone-body-verified")
+    assert [c[:2] for c in gh.calls()] == [["label", "list"], ["issue", "list"], ["issue", "comment"]]
+    assert len(gh.issues()) == 2
 
 
 def test_a_run_interrupted_while_its_plus_one_went_out_still_tells_the_others(
@@ -768,6 +787,18 @@ def test_two_runs_on_one_machine_pace_their_creates_together(captures: Path, fai
     assert all(times[i + 5] - times[i] >= 60.0 for i in range(len(times) - 5))
 
 
+def test_a_full_minute_of_creates_waits_only_until_its_oldest_is_a_minute_old(
+        captures: Path, failure: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path / "cache"))  # no other run's creates
+    clock = FakeClock()
+    log: list[tuple[float, list[str]]] = []
+    t = GitHubTracker(captures, runner=_recording_runner(clock, log), sleep=clock.sleep, clock=clock.clock,
+                      max_creates_per_minute=5)
+    for i in range(7):
+        assert t.file(*failure(model=f"acme/M{i}-7B")).action is FileAction.OPENED
+    assert [when - 1000.0 for when in _create_times(log)] == [0.0, 3.0, 6.0, 9.0, 12.0, 60.0, 63.0]
+
+
 def test_creates_of_an_earlier_boot_do_not_hold_a_run_up(captures: Path, failure: Any, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # The monotonic clock starts again at each boot: a time the lock file holds from before
@@ -779,6 +810,27 @@ def test_creates_of_an_earlier_boot_do_not_hold_a_run_up(captures: Path, failure
     t = GitHubTracker(captures, runner=_recording_runner(clock, []), sleep=clock.sleep, clock=clock.clock)
     assert t.file(*failure()).action is FileAction.OPENED
     assert clock.slept == []
+
+
+def test_the_documented_limits_are_the_defaults(captures: Path, failure: Any, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each gh call may take 30 s; creates go 3 s apart, at most 20 in any 60 s, 50 a run."""
+    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path / "cache"))
+    clock = FakeClock()
+    log: list[tuple[float, list[str]]] = []
+    record = _recording_runner(clock, log)
+    timeouts = set()
+
+    def runner(argv: list[str], *, timeout: float) -> GhResult:
+        timeouts.add(timeout)
+        return record(argv, timeout=timeout)
+
+    t = GitHubTracker(captures, runner=runner, sleep=clock.sleep, clock=clock.clock)
+    results = [t.file(*failure(model=f"acme/M{i}-7B")) for i in range(52)]
+    assert [r.action for r in results] == [FileAction.OPENED] * 50 + [FileAction.SPOOLED] * 2
+    assert timeouts == {30.0}
+    times = [when - 1000.0 for when in _create_times(log)]
+    assert times[:3] == [0.0, 3.0, 6.0] and times[20] == 60.0 and len(times) == 50
 
 
 def test_run_cap_spools_the_rest(captures: Path, fake_clock: FakeClock, failure: Any) -> None:
@@ -1176,6 +1228,32 @@ def test_failures_with_filings_that_go_through_between_them_do_not_stop_the_run(
     results = [t.file(*failure(model=f"acme/M{i}-7B")) for i in range(6)]
     assert [r.action for r in results] == [FileAction.SPOOLED, FileAction.OPENED] * 3
     assert len(gh.issues()) == 3 and len(SpoolTracker(captures).pending()) == 3
+
+
+def test_plus_ones_that_go_through_between_failed_creates_do_not_stop_the_run(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """A +1 comment that gets through shows GitHub takes writes, as a new issue does."""
+    known, first = failure(model="acme/Known-7B")
+    assert tracker(captures, fake_clock).file(known, first).action is FileAction.OPENED
+    t = tracker(captures, fake_clock, runner=failing("issue", "create"))
+    actions = []
+    for i in range(4):
+        actions.append(t.file(*failure(model=f"acme/New{i}-7B")).action)
+        actions.append(t.file(known, failure(model="acme/Known-7B", ts=f"2026090{i + 1}T0")[1]).action)
+    assert actions == [FileAction.SPOOLED, FileAction.PLUS_ONE] * 4
+    assert len(gh.issues()[0]["comments"]) == 4
+
+
+def test_a_failure_past_the_run_cap_makes_no_labels(gh: FakeGh, captures: Path, fake_clock: FakeClock,
+                                                    failure: Any) -> None:
+    """Spooled for the next run, it would leave a dedup label without an issue in the repository."""
+    t = tracker(captures, fake_clock, max_creates_per_run=1)
+    assert t.file(*failure()).action is FileAction.OPENED
+    gh.forget_calls()
+    result = t.file(*failure(model="acme/Other-7B"))
+    assert (result.action, result.reason) == (FileAction.SPOOLED, "run-cap")
+    assert gh.calls() == []
+    assert list(t.problems) == ["1 issues and comments created, this run's cap; the rest was spooled"]
 
 
 def test_a_label_listing_that_prints_nothing_is_a_repository_without_labels(
