@@ -178,13 +178,15 @@ def _first_submission(body: str) -> str | None:
     """The submission of the last first-submission marker that starts a line of ``body``
     outside the code fences (CommonMark: a fence closes with a run of the same
     character at least as long), or None. Text after the marker on its line (a
-    maintainer's note) is allowed; no capture text can start a line outside a fence."""
+    maintainer's note) is allowed; no capture text can start a line outside a fence.
+    A run of backticks followed by another backtick on its line opens no fence: it
+    starts a code span (```pip install x``` in a maintainer's note)."""
     found = None
     fence: str | None = None
     for line in body.splitlines():
         opener = _FENCE.match(line)
         if fence is None:
-            if opener:
+            if opener and not (opener.group(1)[0] == "`" and "`" in line[opener.end():]):
                 fence = opener.group(1)
                 continue
             marker = _FIRST_SUBMISSION.match(line.strip())

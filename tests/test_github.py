@@ -979,12 +979,18 @@ def test_a_note_a_maintainer_writes_on_the_marker_line_keeps_the_first_submissio
     assert gh.issues()[0]["comments"] == []
 
 
+@pytest.mark.parametrize("note", [
+    "\n\nTried locally:\n```\n``` python\nprint(1)\n````\n",
+    "\n\nWorked around with\n```--enforce-eager``` on the serve command.\n",
+], ids=["code-block", "code-span-at-line-start"])
 def test_a_code_block_a_maintainer_writes_above_the_marker_keeps_the_first_submission(
-        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, note: str) -> None:
     """The marker counts outside code blocks, read as GitHub reads them: a line with text
-    after its run of backticks closes no fence, and a longer run closes a shorter one."""
+    after its run of backticks closes no fence, and a longer run closes a shorter one. A
+    line that starts with three backticks and has another backtick after them opens no
+    fence (it starts a code span): taken for one, it hid the marker, and the next run
+    counted the capture that opened the issue again, as a +1."""
     draft, occurrence = failure()
-    note = "\n\nTried locally:\n```\n``` python\nprint(1)\n````\n"
     issue = {"number": 1, "title": draft.title, "body": draft.body + note
              + f"\n<!-- loop-rules first-submission: {occurrence.submission} -->",
              "labels": list(draft.labels), "state": "open", "comments": []}
