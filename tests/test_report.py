@@ -18,7 +18,15 @@ import pluggy
 import pytest
 from click.testing import CliRunner
 
-from loop_core import Engine, Match, MatchContext, Matcher, Tier, hookimpl
+from loop_core import (
+    Engine,
+    Match,
+    MatchContext,
+    Matcher,
+    Tier,
+    hookimpl,
+    make_plugin_manager,
+)
 from loop_core.cli import cli
 from loop_core.report import collect_triage, render_html
 from loop_core.testing import make_bundle, write_bundle
@@ -152,7 +160,9 @@ def test_report_names_the_pack_as_it_was_given(captures: Path, tmp_path: Path) -
                                       "--rules", str(copy)])
     assert result.exit_code == 0, result.output
     assert f"pack <code>{copy}</code>" in (tmp_path / "r.html").read_text()
-    assert "pack <code>default</code>" in make_report(captures, tmp_path / "d.html")
+    page = make_report(captures, tmp_path / "d.html")
+    version = Engine.build("default", make_plugin_manager(entry_points=False)).pack.version
+    assert f"pack <code>default</code> (rules_version\n<code>{version}</code>)" in page
 
 
 def test_report_shows_a_lone_surrogate_in_a_review_entry_instead_of_crashing(tmp_path: Path) -> None:
@@ -539,3 +549,24 @@ def test_the_oom_chart_shows_only_ooms(pm: pluggy.PluginManager, register_plugin
     page = render_html(data)
     oom = page[page.index("<h2>OOM: measured vs predicted</h2>"):page.index("<h2>Review queue</h2>")]
     assert "(0 OOM bundle(s) without a usable delta)" in oom and "acme/segv" not in oom
+
+
+def test_a_page_of_nothing_fileable_says_so_in_each_table(tmp_path: Path) -> None:
+    """An empty or mistyped folder (one unreadable bundle): every section is there and says
+    it is empty, the funnel with its four stages at zero."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    page = make_report(empty, tmp_path / "r.html")
+    assert "<title>loop-rules triage report</title>" in page
+    assert '<tr><td colspan="4">no fileable failures</td></tr>' in page
+    assert '<tr><td colspan="4">the review queue is empty</td></tr>' in page
+    funnel = page[page.index("<h2>Trust funnel</h2>"):page.index("<h2>Top dedup groups</h2>")]
+    assert re.findall(r'>(\w+)</text><rect [^>]*/><text[^>]*>(\d+)</text>', funnel) == [
+        ("raw", "0"), ("candidate", "0"), ("validated", "0"), ("tier1", "0")]
+
+
+def test_a_dedup_group_wears_its_class_colour(tmp_path: Path) -> None:
+    captures = tmp_path / "c"
+    _oom(captures, "oom", 23_100)
+    page = make_report(captures, tmp_path / "r.html")
+    assert '<span class="pill" style="background:#d1495b">genuine-oom</span>' in page
