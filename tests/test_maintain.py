@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -65,8 +66,10 @@ def test_learn_refuses_classes_outside_the_six_and_conflicts(pack: Path, pm: plu
     with pytest.raises(LoopError, match="not one of the six classes"):
         learn(pack, "abcdefabcdef", "kv-calc-bug", condition_kinds(pm))
     learn(pack, "abcdefabcdef", "genuine-oom", condition_kinds(pm))
-    with pytest.raises(LoopError, match="already learned as 'genuine-oom'"):
+    with pytest.raises(LoopError) as conflict:
         learn(pack, "abcdefabcdef", "unknown", condition_kinds(pm))
+    assert str(conflict.value) == (f"abcdefabcdef: already learned as 'genuine-oom'; edit {pack / 'exact.yml'} "
+                                   "to change it")
     result = invoke("learn", "--review", "x", "--captures", str(pack), "--as", "bogus-class")
     assert result.exit_code == 2
 
@@ -479,6 +482,23 @@ def test_learn_takes_out_an_occurrence_whose_bundle_is_gone_when_its_entry_is_th
     assert result.stdout.endswith("exact.yml; removed from the review queue\n") and _queue(tmp_path / "captures") == []
 
 
+def test_learn_keeps_an_occurrence_edited_into_something_else_and_settles_the_rest(
+        pack: Path, tmp_path: Path) -> None:
+    captures = tmp_path / "captures"
+    write_bundle(captures / "m" / "1", make_bundle(NOVEL))
+    invoke("run", str(captures), "--rules", str(pack))
+    (entry,) = _queue(captures)
+    path = captures / "_review-queue" / f"{entry['dedup_hash']}.json"
+    doc = json.loads(path.read_text())
+    doc["occurrences"].append("see the thread")
+    path.write_text(json.dumps(doc))
+    result = invoke("learn", "--review", entry["dedup_hash"], "--captures", str(captures), "--as", "unknown",
+                    "--rules", str(pack))
+    assert result.exit_code == 0, result.output
+    assert f"; 1 occurrence(s) taken out of review-queue entry {entry['dedup_hash']}, 1 " in result.stdout
+    assert json.loads(path.read_text())["occurrences"] == ["see the thread"]
+
+
 def test_learn_from_an_entry_with_a_cut_tuple_says_it_has_nothing_to_learn_from(pack: Path, tmp_path: Path) -> None:
     def edit(doc: dict[str, Any]) -> None:
         del doc["fingerprint"]
@@ -568,9 +588,17 @@ def test_the_diff_table_lists_transitions_in_order_of_class(pack: Path, tmp_path
     rule = SHADOW_RULE.replace("  mode: shadow\n", "").replace("trial-", "new-")
     (pack / "45-frob.yml").write_text(rule + rule.replace("frobnicator", "widgetizer").replace(
         "overlay-arch-drift", "kernel-unsupported"))
+    shadow = SHADOW_RULE.replace("trial-frobnicator", "zz-trial") + SHADOW_RULE.replace(
+        "trial-frobnicator", "aa-trial").replace("frobnicator", "widgetizer")
+    (pack / "05-trial.yml").write_text(shadow)  # zz-trial matches the first bundle read, aa-trial the second
     table = invoke("diff", "--rules", str(pack), str(corpus)).output.splitlines()
     assert table[1:3] == ["  unknown              -> kernel-unsupported   1",
                           "  unknown              -> overlay-arch-drift   1"]
+    report = json.loads(invoke("diff", "--rules", str(pack), "--format", "json", str(corpus)).output)
+    assert [t["to"] for t in report["transitions"]] == ["kernel-unsupported", "overlay-arch-drift"]
+    md = invoke("diff", "--rules", str(pack), "--format", "markdown", str(corpus)).output
+    assert md.index("`unknown` | `kernel-unsupported`") < md.index("`unknown` | `overlay-arch-drift`")
+    assert md.endswith("- `aa-trial` would match 1 bundle(s)\n- `zz-trial` would match 1 bundle(s)\n")
 
 
 def test_a_change_of_rule_alone_is_no_class_transition(pack: Path, tmp_path: Path) -> None:
@@ -594,6 +622,28 @@ def test_a_change_of_rule_alone_is_no_class_transition(pack: Path, tmp_path: Pat
     assert "`quant-unsupported` | `quant-unsupported`" not in md
     # the class cell of that bundle is its one class, no arrow to itself
     assert "| `quant-unsupported` | `quant-weightload-dtype` → `quant-weightload-renamed` | `" in md
+
+
+def test_a_markdown_diff_of_rule_changes_alone_has_no_transition_table(pack: Path, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    write_bundle(corpus / "a" / "1", make_bundle("ValueError: Unknown quantization method: frob"))
+    quant = pack / "50-quant.yml"
+    quant.write_text(quant.read_text().replace("id: quant-weightload-dtype\n", "id: quant-weightload-renamed\n"))
+    md = invoke("diff", "--rules", str(pack), "--format", "markdown", str(corpus)).output
+    assert "**1 changed**\n\n1 kept their class under another rule or dedup hash.\n\n| bundle |" in md
+    assert "| from | to |" not in md
+
+
+def test_a_diff_shows_a_folder_name_that_is_not_utf8_as_its_escapes(pack: Path, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    write_bundle(corpus / os.fsdecode(b"ts\xff") / "1", make_bundle(NOVEL))
+    (pack / "45-frob.yml").write_text(SHADOW_RULE.replace("  mode: shadow\n", ""))
+    result = invoke("diff", "--rules", str(pack), "--format", "json", str(corpus))
+    assert result.exit_code == 0, result.output
+    (change,) = json.loads(result.output)["changes"]
+    assert change["bundle"].endswith("ts\\xff/1")
+    md = invoke("diff", "--rules", str(pack), "--format", "markdown", str(corpus)).output
+    assert "ts\\xff/1` |" in md
 
 
 def test_a_backtick_in_a_pack_name_keeps_the_markdown_heading_whole(pack: Path, tmp_path: Path) -> None:
@@ -689,6 +739,11 @@ def test_learn_starts_a_new_pack_in_an_empty_folder(tmp_path: Path) -> None:
     result = invoke("learn", str(bundle), "--as", "unknown", "--rules", str(tmp_path / "new"))
     assert result.exit_code == 0, result.output
     assert invoke("classify", "--rules", str(tmp_path / "new"), "--format", "jsonl", str(bundle)).exit_code == 0
+    # the new table says what it is, and each entry when and from what it was learned
+    assert re.fullmatch(r"# Maintainer decisions: Tier-2 fingerprint -> class, written by `loop-rules learn`\.\n"
+                        r"# Keys are quoted so YAML reads them as text\.\nexact:\n"
+                        r"  '[0-9a-f]{12}': unknown  # learned \d{4}-\d\d-\d\d from bundle 1\n",
+                        (tmp_path / "new" / "exact.yml").read_text())
 
 
 def _broad_pack(tmp_path: Path) -> Path:
