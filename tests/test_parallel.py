@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ import pytest
 from loop_core import Engine, parallel
 from loop_core.forkpool import WorkerTraceback
 from loop_core.parallel import WorkerError, engine_map
+from loop_core.pickling import pickled_by_fields
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -435,6 +437,29 @@ def test_a_dataclass_with_a_field_outside_init_is_not_pickled_by_fields() -> Non
 
     with pytest.raises(TypeError, match="outside __init__"):
         pickled_by_fields(Derived)
+
+
+@pickled_by_fields
+@dataclasses.dataclass(frozen=True, slots=True)
+class _OneField:
+    items: tuple[str, ...]
+
+
+@pickled_by_fields
+@dataclasses.dataclass(frozen=True, slots=True)
+class _TwoFields:
+    number: int
+    name: str
+
+
+def test_a_dataclass_of_one_field_pickled_by_fields_loads_back_with_that_value() -> None:
+    # One field is read as the value itself, not a tuple of one: it must still be
+    # passed to the constructor as its one argument.
+    import pickle
+
+    back = pickle.loads(pickle.dumps(_OneField(("a", "b"))))
+    assert type(back) is _OneField and back.items == ("a", "b")
+    assert dataclasses.astuple(pickle.loads(pickle.dumps(_TwoFields(1, "x")))) == (1, "x")
 
 
 CHATTY_PLUGIN = '''
