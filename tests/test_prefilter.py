@@ -153,10 +153,30 @@ def test_a_text_without_an_exact_index_rules_no_rule_out(tmp_path: Path, inexact
     ("cudnn_status_x ", None, "$status_x"),
     (" short", None, None),
     ("nospace", None, None),
+    # a tab splits a text's words as a space does: a piece holding one is no word of it
+    ("frob out\tof zork", None, None),
+    (" zork\t0042abcd", None, None),
+    ("abcd0042\tzork ", None, None),
 ])
 def test_need_keys(literal: str, anchor: str | None, affix: str | None) -> None:
     assert anchor_word(literal) == anchor
     assert (affix_key(literal) if anchor is None else None) == affix
+
+
+@pytest.mark.parametrize("phrase", ["frob out\tof zork", " zork\t0042abcd", "abcd0042\tzork "])
+def test_a_phrase_with_a_tab_between_its_words_is_found_in_a_long_log(tmp_path: Path, lookup: str,
+                                                                       phrase: str) -> None:
+    pack = tmp_path / "tabbed"
+    pack.mkdir()
+    written = phrase.replace("\t", "\\t")  # YAML reads the escape back as a tab
+    (pack / "10-tabbed.yml").write_text(
+        "- id: tabbed\n  class: unknown\n  description: d\n"
+        f'  when: {{select: $.signal.all_text, contains: "{written}"}}\n'
+        "  examples: {match: [x]}\n", encoding="utf-8")
+    engine = Engine.build(pack, make_plugin_manager(entry_points=False))
+    text = "x " * 1500 + f"frob{phrase}frob"
+    assert _plain_walk(engine, View(make_bundle(text))) == "tabbed"
+    assert _indexed_walk(engine, View(make_bundle(text))) == "tabbed"
 
 
 def test_needs_of_conditions(tmp_path: Path) -> None:
