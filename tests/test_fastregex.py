@@ -110,6 +110,9 @@ def test_windowed_search_on_long_logs_equals_plain_search(lookup: str, pattern: 
     (r"error code$", None),                            # a single-line $ would match at a window's end
     (r"(?m)error code$", 0),
     (r"(?i)kill(?=\s\s)ed", 2),                       # what a lookahead reads counts
+    (r"(?i)killed[^x]process", 1),                     # a negated set takes a newline
+    (r"(?i)traceback(?s:.{0,5})boom", 5),              # so does a dot where a group turns DOTALL on
+    (r"(?is)traceback(?-s:.{0,5})boom", 0),            # and not where one turns it off
 ])
 def test_reach_in_lines(pattern: str, reach: int | None) -> None:
     assert GuardedRegex(regex.compile(pattern)).reach == reach
@@ -120,6 +123,8 @@ def test_reach_in_lines(pattern: str, reach: int | None) -> None:
     (r"(?i)error\s{1,3}code", "RuntimeError\n\n code 7"),
     (r"(?is)out of.{0,6}memory", "out of\n\n memory"),
     (r"(?i)killed(?=\s{0,2}process)", "Killed\n process 12"),
+    (r"(?i)killed[^x]process", "Killed\nprocess 12"),
+    (r"(?i)out of(?s:.{0,6})memory", "out of\n\n memory"),
 ])
 def test_matches_that_cross_lines_are_found_in_windows(pattern: str, middle: str) -> None:
     noise = "\n".join(f"INFO step {i} ok" for i in range(300))
