@@ -179,6 +179,24 @@ def test_a_phrase_with_a_tab_between_its_words_is_found_in_a_long_log(tmp_path: 
     assert _indexed_walk(engine, View(make_bundle(text))) == "tabbed"
 
 
+def test_a_word_no_longer_than_an_affix_key_still_holds_it(tmp_path: Path, lookup: str) -> None:
+    # Enough rules keyed by a word's start that they are looked up by key, each tag
+    # exactly AFFIX characters long: the whole word is its start and its end.
+    pack = tmp_path / "short-tags"
+    pack.mkdir()
+    lines = ["rules:"]
+    for i in range(80):
+        lines += [f"  - id: t{i:04d}", "    class: unknown", "    description: d", "    when:",
+                  "      select: $.signal.all_text", "      ignore_case: true",
+                  f"      regex: '(?i)loader v?\\d+\\.\\d+ t{i:04d}_ab'",
+                  "    examples:", f"      match: ['loader 1.2 t{i:04d}_ab']"]
+    (pack / "10-short.yml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    engine = Engine.build(pack, make_plugin_manager(entry_points=False))
+    text = "INFO start\nloader 1.2 t0042_ab\n" + "x " * 1500
+    assert _plain_walk(engine, View(make_bundle(text))) == "t0042"
+    assert _indexed_walk(engine, View(make_bundle(text))) == "t0042"
+
+
 def test_needs_of_conditions(tmp_path: Path) -> None:
     engine = Engine.build(_synthetic_pack(tmp_path / "many", 4), make_plugin_manager(entry_points=False))
     rules: dict[str, Rule] = {r.id: r for r in engine.pack.rules}
