@@ -329,6 +329,8 @@ _LONG_NOISE = "\n".join(f"INFO 05-17 10:00:{i % 60:02d} engine step {i} ok" for 
      f"{_LONG_NOISE}\nC++ compiler not found: none\n{_LONG_NOISE}\nC++ compiler not found: 7\n{_LONG_NOISE}"),
     # MICRO SIGN: (?i) matches it as GREEK SMALL LETTER MU, which lower() keeps.
     (r"(?i)timeout after 5\u00b5s", "timeout after 5\u03bcs"),
+    # A text lower() moves (a dotted capital I) tries every alternative, the last too.
+    (r"(?i)no kernel image|illegal memory access", "\u0130 CUDA error: an illegal memory access was encountered"),
 ])
 def test_guarded_search_finds_what_a_plain_search_finds_in_odd_texts(lookup: str, pattern: str, text: str) -> None:
     compiled = regex.compile(pattern)
