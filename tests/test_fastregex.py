@@ -224,6 +224,19 @@ def test_a_second_literal_set_rules_out_what_the_first_lets_through() -> None:
     assert restored._also == g._also and restored.search(text).span() == g.search(text).span()
 
 
+@pytest.mark.parametrize("damage", [
+    {"flags": 0, "code": None},  # the flags lost, and the compiled code with them: (?i) must stay
+    {"reach": -1},  # a reach below zero would search the literal's line only
+])
+def test_a_kept_analysis_that_does_not_fit_its_pattern_is_made_again(damage: dict[str, object]) -> None:
+    pattern, flags = r"error\s{1,3}code", int(regex.IGNORECASE | regex.VERSION0)
+    kept = fastregex.RegexCache().make(pattern, flags).export()
+    cache = fastregex.RegexCache({f"{flags}:{pattern}": {**kept, **damage}})
+    text = "INFO step ok\n" * 80 + "ERROR\n\nCODE 7\n" + "INFO step ok\n" * 80
+    assert cache.make(pattern, flags).search(text).span() == regex.search(pattern, text, flags).span()
+    assert cache.dirty  # analysed again, to be saved whole
+
+
 def test_line_locality() -> None:
     assert GuardedRegex(regex.compile(r"(?i)no kernel [^\n]{0,40}image")).line_local
     assert not GuardedRegex(regex.compile(r"error\s+code")).line_local  # \s crosses lines
