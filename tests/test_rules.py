@@ -372,6 +372,9 @@ def _decides(tmp_path: Path, pm: pluggy.PluginManager, when: str, bundle: dict[s
     (r"{select: $.signal.all_text, regex: 'FROB\w+ refused'}", "the frobnicator refused", False),
     ("{select: $.manifest.tags, contains: CHAT, ignore_case: true}", {"manifest": {"tags": ["Chat", "x"]}}, True),
     ("{select: $.manifest.tags, contains: CHAT}", {"manifest": {"tags": ["Chat", "x"]}}, False),
+    # contains on a list signal looks for an item equal to the phrase, not for text
+    ("{select: $.signal.red_caps, contains: chat}", {"pt4": {"results": {"chat": "red", "tools": "green"}}}, True),
+    ("{select: $.signal.red_caps, contains: cha}", {"pt4": {"results": {"chat": "red", "tools": "green"}}}, False),
     # an index past a list's end selects nothing (no error)
     ("{select: '$.manifest.tags[1]', exists: false}", {"manifest": {"tags": ["a"]}}, True),
     # a regex never matches a value that is not text (no error)
