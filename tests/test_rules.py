@@ -375,6 +375,8 @@ def _decides(tmp_path: Path, pm: pluggy.PluginManager, when: str, bundle: dict[s
     # contains on a list signal looks for an item equal to the phrase, not for text
     ("{select: $.signal.red_caps, contains: chat}", {"pt4": {"results": {"chat": "red", "tools": "green"}}}, True),
     ("{select: $.signal.red_caps, contains: cha}", {"pt4": {"results": {"chat": "red", "tools": "green"}}}, False),
+    # a general path selects several values: a regex holds when it matches any of them
+    ("{select: '$.manifest.tags[*]', regex: 'zzfrob'}", {"manifest": {"tags": ["chat", "a zzfrob b"]}}, True),
     # an index past a list's end selects nothing (no error)
     ("{select: '$.manifest.tags[1]', exists: false}", {"manifest": {"tags": ["a"]}}, True),
     # a regex never matches a value that is not text (no error)
