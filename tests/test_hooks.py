@@ -177,6 +177,30 @@ def test_hook_loop_register_conditions_compile_error_names_the_rule(
         Engine.build(tmp_path, pm)
 
 
+def _compile_quants_strictly(arg: Any) -> frozenset[str]:
+    if not isinstance(arg, list):
+        raise TypeError(f"needs a list of quant labels, got {type(arg).__name__}")
+    return _compile_quants(arg)
+
+
+class StrictQuantPlugin:
+    @hookimpl
+    def loop_register_conditions(self, register: Callable[[ConditionKind], None]) -> None:
+        register(ConditionKind("quant_label_in", _quant_in, _compile_quants_strictly))
+
+
+def test_hook_loop_register_conditions_compile_type_error_rejects_the_argument(
+        pm: pluggy.PluginManager, register_plugin: Register, tmp_path: Path) -> None:
+    # TypeError refuses an argument as ValueError does (docs/plugins.md): the plugin's
+    # message at the rule, not a report of a plugin that failed.
+    register_plugin(StrictQuantPlugin(), "acme-conditions")
+    (tmp_path / "10-quant.yml").write_text(QUANT_RULE.replace("[AWQ, GPTQ]", "AWQ"), encoding="utf-8")
+    with pytest.raises(RuleError) as err:
+        Engine.build(tmp_path, pm)
+    assert "when[0].quant_label_in: needs a list of quant labels, got str" in str(err.value)
+    assert "raised" not in str(err.value)
+
+
 def test_hook_loop_register_conditions_rejects_duplicates_and_reserved_names(
         pm: pluggy.PluginManager, register_plugin: Register) -> None:
     register_plugin(QuantPlugin("structural"), "acme-conditions")
