@@ -147,6 +147,13 @@ def test_values_no_bundle_can_hold_are_reported(tmp_path: Path, pm: pluggy.Plugi
     assert f"r (line 4): when.{shown}: must be text, a number, true/false or null" in problems_of(pack, pm)
 
 
+@pytest.mark.parametrize("operand, shown", [("[]", "[]"), ("other", "'other'")])
+def test_in_needs_a_non_empty_list(tmp_path: Path, pm: pluggy.PluginManager, operand: str, shown: str) -> None:
+    # in: [] holds for no value at all: the rule could never decide a bundle.
+    pack = write(tmp_path / "p", "10.yml", rule("r", f"{{select: $.manifest.model, in: {operand}}}"))
+    assert f"r (line 4): when.in: must be a non-empty list, got {shown}" in problems_of(pack, pm)
+
+
 def test_a_quoted_date_still_compares_as_text(tmp_path: Path, pm: pluggy.PluginManager) -> None:
     pack = write(tmp_path / "p", "10.yml", rule("r", "{select: $.manifest.model, equals: '2020-01-01'}",
                                                 examples="{match: [{manifest: {model: '2020-01-01'}}]}"))
