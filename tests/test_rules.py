@@ -299,6 +299,16 @@ def test_a_misspelt_name_at_the_start_of_a_general_path_is_named(tmp_path: Path,
         Engine.build(pack, pm)
 
 
+@pytest.mark.parametrize("selector", ["$.manifests.model", "$.pt6", "$['Manifest'].model"])
+def test_a_simple_path_that_starts_nowhere_in_a_bundle_is_refused(tmp_path: Path, pm: pluggy.PluginManager,
+                                                                  selector: str) -> None:
+    """Such a path would select nothing, ever: the rule would never decide a bundle."""
+    pack = write(tmp_path / "p", "10.yml", "- id: r\n  class: unknown\n  description: d\n"
+                 f"  when: {{select: \"{selector}\", exists: true}}\n  examples: {{match: [x]}}\n")
+    with pytest.raises(RuleError, match=re.escape(f"selector {selector!r} must start with one of $.manifest, $.pt1")):
+        Engine.build(pack, pm)
+
+
 SIGNAL_LIST = ("(signals: error_source, error_text, error_substring, error_text_lower, all_text, final_error, "
                "boot_ok, download_ok, red_caps, green_caps, unsmoked_caps, first_red_cap, http_statuses, "
                "abort_reason, is_gate_only, schema, outcome, quant_label, arch_family, engine, model)")
@@ -370,6 +380,8 @@ def _decides(tmp_path: Path, pm: pluggy.PluginManager, when: str, bundle: dict[s
     ("{select: $.manifest.model, in: [other, ACME/X], ignore_case: true}", {"manifest": {"model": "acme/x"}}, True),
     (r"{select: $.signal.all_text, regex: 'FROB\w+ refused', ignore_case: true}", "the frobnicator refused", True),
     (r"{select: $.signal.all_text, regex: 'FROB\w+ refused'}", "the frobnicator refused", False),
+    ("{select: $.signal.all_text, contains: ZZFROB, ignore_case: true}", "a ZzFrob b", True),
+    ("{select: $.signal.all_text, contains: ZZFROB}", "a ZzFrob b", False),
     ("{select: $.manifest.tags, contains: CHAT, ignore_case: true}", {"manifest": {"tags": ["Chat", "x"]}}, True),
     ("{select: $.manifest.tags, contains: CHAT}", {"manifest": {"tags": ["Chat", "x"]}}, False),
     # contains on a list signal looks for an item equal to the phrase, not for text
