@@ -414,6 +414,16 @@ def test_explain_marks_a_holding_not_and_every_value(tmp_path: Path, bundle_dir)
     assert "+ $.manifest.tags[*] exists True: value ['chat', 'tools']" in lines
 
 
+def test_explain_never_shows_a_regex_matching_a_value_that_is_not_text(tmp_path: Path, bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    # As classify decides: the number 1 is not the text "1".
+    pack = write(tmp_path / "p", "10.yml", "- id: r\n  class: unknown\n  description: d\n"
+                 "  when: {select: $.manifest.flag, regex: '1'}\n  examples: {match: [x]}\n")
+    target = bundle_dir({"manifest": {"flag": 1}})
+    out = CliRunner().invoke(cli, ["explain", "--rules", str(pack), str(target)]).output
+    (line,) = [line for line in out.splitlines() if "$.manifest.flag regex" in line]
+    assert line.strip() == "- $.manifest.flag regex '1': value 1"
+
+
 def test_explain_names_a_timeout_on_any_value(tmp_path: Path, bundle_dir) -> None:  # type: ignore[no-untyped-def]
     # The first value times out, the second does not match: the line must still say the search timed out.
     pack = write(tmp_path / "p", "10.yml", "- id: slow\n  class: unknown\n  description: d\n"
