@@ -372,6 +372,14 @@ def _decides(tmp_path: Path, pm: pluggy.PluginManager, when: str, bundle: dict[s
     # a file the bundle lacks is missing, not null, to a plain path and to a general one
     ("{select: $.pt5, exists: false}", "x", True),
     ("{select: '$[\"pt5\"]', exists: false}", "x", True),
+    # contains on a value that is neither text nor a list holds for no phrase
+    ("{select: $.manifest.extra, contains: zzfrob}", {"manifest": {"extra": {"zzfrob": 1}}}, False),
+    ("{select: $.manifest.extra, contains: '1'}", {"manifest": {"extra": 1}}, False),
+    # the structural predicates read what they expect and pass over the rest
+    ("{structural: results_detail_http_404}", {"pt4": {"results_detail": {"chat": {"status": 404}}}}, True),
+    ("{structural: results_detail_http_404}", {"pt4": {"results_detail": {"chat": {"status": "404"}}}}, False),
+    ("{structural: results_detail_http_404}",
+     {"pt4": {"results_detail": {"chat": "refused", "tools": {"status": 404}}}}, True),
     # one abort token may be written without a list
     ("{gate_abort_reason: NO_ROW}", {"manifest": {"schema": 2}, "pt1": {"abort_reason": "NO_ROW"}}, True),
     # ignore_case: for equals, in, regex and the items of a list
