@@ -465,11 +465,21 @@ def test_the_current_directory_as_a_pack_is_named_after_the_directory(
     ("{gate_abort_reason: [disk_short, null]}", "abort tokens are non-empty text, got None"),
     ("{gate_abort_reason: ''}", "abort tokens are non-empty text, got ''"),
     ("{structural: [pt3_timeout_but_pt4_green]}", "unknown predicate ['pt3_timeout_but_pt4_green']"),
+    ("{structural: pt3_timeout}",
+     "unknown predicate 'pt3_timeout' (predicates: pt3_timeout_but_pt4_green, results_detail_http_404)"),
 ])
 def test_built_in_condition_kinds_refuse_odd_arguments_clearly(tmp_path: Path, pm: pluggy.PluginManager,
                                                                 when: str, message: str) -> None:
     pack = write(tmp_path / "p", "10.yml", rule("k", when, cls="unknown"))
     assert message in problems_of(pack, pm)
+
+
+@pytest.mark.parametrize("reason", [["NO_ROW"], {"token": "NO_ROW"}, 5, ""])
+def test_an_abort_reason_that_is_not_a_token_matches_none_without_a_warning(
+        tmp_path: Path, pm: pluggy.PluginManager, reason: object) -> None:
+    pack = write(tmp_path / "p", "10.yml", rule("k", "{gate_abort_reason: [NO_ROW, '5']}", cls="unknown"))
+    verdict = Engine.build(pack, pm).classify(make_bundle({"manifest": {"schema": 2}, "pt1": {"abort_reason": reason}}))
+    assert verdict.matched_rule != "k" and not verdict.warnings
 
 
 def test_a_pattern_is_shown_as_the_rule_file_writes_it(tmp_path: Path, pm: pluggy.PluginManager) -> None:
