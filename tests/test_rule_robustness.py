@@ -464,6 +464,7 @@ def test_the_current_directory_as_a_pack_is_named_after_the_directory(
 @pytest.mark.parametrize(("when", "message"), [
     ("{gate_abort_reason: [disk_short, null]}", "abort tokens are non-empty text, got None"),
     ("{gate_abort_reason: ''}", "abort tokens are non-empty text, got ''"),
+    ("{gate_abort_reason: []}", "needs an abort token or a non-empty list of tokens"),  # would match no bundle
     ("{structural: [pt3_timeout_but_pt4_green]}", "unknown predicate ['pt3_timeout_but_pt4_green']"),
     ("{structural: pt3_timeout}",
      "unknown predicate 'pt3_timeout' (predicates: pt3_timeout_but_pt4_green, results_detail_http_404)"),
