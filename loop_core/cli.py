@@ -65,15 +65,8 @@ def _shell_word(value: Any) -> str:
     text = str(value)
     if text.isprintable():
         return shlex.quote(text)
-
-    def escape(c: str) -> str:
-        if c in "\\'":
-            return "\\" + c
-        if "\udc80" <= c <= "\udcff":  # a byte of a name that is not UTF-8: that byte again
-            return f"\\x{ord(c) - 0xDC00:02x}"
-        return c if c.isprintable() else repr(c)[1:-1]  # \x1b, \n, \u200b, as bash reads them
-
-    return "$'" + "".join(map(escape, text)) + "'"
+    # Backslashes and quotes first, then what _shown writes as escapes bash reads the same way.
+    return "$'" + _shown(text.replace("\\", "\\\\").replace("'", "\\'")) + "'"
 
 
 def _prints_to_stderr(data: bool = True) -> contextlib.AbstractContextManager[Any]:
