@@ -22,6 +22,8 @@ import click
 
 from .__version__ import __version__
 from .errors import LoopError, RuleError
+from .terminal import shell_word as _shell_word
+from .terminal import shown as _shown
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,36 +39,6 @@ class LoopClickError(click.ClickException):
         # A path in the message that is not UTF-8 is written as its bytes (\xfe), as
         # everywhere else, not as the lone surrogate Python holds it as.
         super().__init__(path_text(message))
-
-
-def _shown(value: Any, keep: str = "") -> str:
-    """``value`` as text safe to print to a terminal: a character that is not
-    printable (an escape sequence's ESC, a bell), other than those in ``keep``,
-    is written as its escape (``\\x1b``), so capture text cannot drive the terminal, and a
-    byte of a file name that is not UTF-8 as ``\\xff``, as ``path_text`` writes it."""
-    text = str(value)
-    if text.isprintable():
-        return text
-    from .bundle import path_text
-
-    text = path_text(text)
-    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
-
-
-def _shell_word(value: Any) -> str:
-    """``value`` (a path, a name) as one word to paste into a POSIX shell, and safe to print.
-
-    A name a terminal would act on (an escape sequence in a folder's name), or one
-    that is not UTF-8, is written in the ``$'...'`` form bash and zsh read, each such
-    character as its escape: pasted, the command names the same folder.
-    """
-    import shlex
-
-    text = str(value)
-    if text.isprintable():
-        return shlex.quote(text)
-    # Backslashes and quotes first, then what _shown writes as escapes bash reads the same way.
-    return "$'" + _shown(text.replace("\\", "\\\\").replace("'", "\\'")) + "'"
 
 
 def _prints_to_stderr(data: bool = True) -> contextlib.AbstractContextManager[Any]:

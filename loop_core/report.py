@@ -9,7 +9,6 @@ text is (``dedup.sanitize``).
 from __future__ import annotations
 
 import html
-import shlex
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from .trackers import ReviewQueue, review_count, review_error
 from .trust import ConsensusIndex, trust_of
 from .bundle import Bundle, path_text
 from .dedup import sanitize
+from .terminal import shell_word
 from .verdict import FailureClass
 
 __all__ = ["TriageData", "collect_triage", "render_html"]
@@ -196,13 +196,13 @@ def render_html(data: TriageData) -> str:
         f'</code></td></tr>' for r in data.review[:SHOWN_ROWS]) or '<tr><td colspan="4">the review queue is empty</td></tr>'
     if len(data.review) > SHOWN_ROWS:
         review_rows += (f'<tr><td colspan="4">… and {len(data.review) - SHOWN_ROWS} more entries: '
-                        f'<code>loop-rules review list {_e(shlex.quote(data.captures))}</code> lists them all</td></tr>')
+                        f'<code>loop-rules review list {_e(shell_word(data.captures))}</code> lists them all</td></tr>')
     review_rows += "".join(f'<tr><td colspan="4">skipped: <code>{_e(p)}</code></td></tr>'
                            for p in data.review_problems)
     unreadable = "".join(f"<li><code>{_e(u)}</code></li>" for u in data.unreadable[:SHOWN_ROWS])
     if len(data.unreadable) > SHOWN_ROWS:
         unreadable += (f"<li>… and {len(data.unreadable) - SHOWN_ROWS} more: <code>loop-rules classify "
-                       f"{_e(shlex.quote(data.captures))}</code> names each</li>")
+                       f"{_e(shell_word(data.captures))}</code> names each</li>")
     shadow_rows = "".join(
         f'<tr><td class="num">{n}</td><td><code>{_e(rule_id)}</code></td><td><span class="pill" style="background:'
         f'{CLASS_COLOURS[cls]}">{_e(cls)}</span></td></tr>' for rule_id, (cls, n) in sorted(data.shadow.items()))

@@ -375,6 +375,27 @@ def test_the_more_line_quotes_a_captures_folder_with_a_space(tmp_path: Path, mon
     assert f"… and 1 more entries: <code>loop-rules review list &#x27;{captures}&#x27;</code>" in page
 
 
+def test_the_more_line_names_a_folder_with_a_control_character_so_it_pastes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A browser shows no escape character, so a command copied from the page lost it
+    and named another folder; the page writes the bash word the terminal hints write."""
+    import html
+
+    from loop_core import report
+
+    monkeypatch.setattr(report, "SHOWN_ROWS", 1)
+    captures = _two_unknowns(tmp_path / "caps\x1b[1mbold")
+    assert CliRunner().invoke(cli, ["run", str(captures)]).exit_code == 0
+    page = make_report(captures, tmp_path / "r.html")
+    assert "\x1b" not in page
+    shown = re.search(r"<code>loop-rules review list (.*?)</code> lists them all", page)
+    assert shown is not None
+    word = html.unescape(shown.group(1))
+    assert word.startswith("$'")
+    pasted = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True).stdout
+    assert pasted == os.fsencode(captures)
+
+
 def test_a_review_queue_file_that_cannot_be_read_is_named_as_skipped(tmp_path: Path) -> None:
     captures = tmp_path / "c"
     write_bundle(captures / "m" / "1", make_bundle({"pt3": {"failure_log_excerpt": "something odd\n"}}))
