@@ -383,7 +383,7 @@ def _classify_table(rows: Iterable[dict[str, Any]]) -> int:
         else:
             counts[shown] = counts.get(shown, 0) + 1
         click.echo(f"{name:40}  {shown:19} {row['tier']:12} "
-                   f"{str(row['matched_rule']):40} {row['dedup_hash']}")
+                   f"{row['matched_rule'] or '-':40} {row['dedup_hash']}")  # - : no rule decided
         for warning in row.get("warnings") or []:
             click.echo(f"{'':42}warning: {_shown(warning)}")  # a plugin's exception may quote capture text
     extra = {f"success{'es' if successes != 1 else ''}": successes, "unreadable": bad}
@@ -478,8 +478,9 @@ def explain(bundle: Path, rules: str, fmt: str) -> None:
         for tr in t.traces:
             for line in tr.lines(1):
                 click.echo(_shown(line))  # a plugin's trace or exception may quote capture text
+    decider = f"rule {verdict.matched_rule}" if verdict.matched_rule else "no rule matched"
     click.echo(f"\nverdict: {verdict.failure_class.value} ({verdict.tier.value}, "
-               f"rule {verdict.matched_rule}); should_file={verdict.should_file} "
+               f"{decider}); should_file={verdict.should_file} "
                f"review_queue={verdict.review_queue} dedup {key.digest()}")
     for warning in verdict.warnings:
         click.echo(f"warning: {_shown(warning)}")
@@ -907,8 +908,8 @@ def diff(corpus: tuple[Path, ...], new_rules: str, old_rules: str, fmt: str, fai
         if report.same_class():
             click.echo(f"  {report.same_class()} kept their class under another rule or dedup hash")
         for c in report.changes:
-            click.echo(f"  {_short_name(c.bundle)}: {c.old_class} ({c.old_rule}) -> {c.new_class} "
-                       f"({c.new_rule}) [{', '.join(c.fields())}]")
+            click.echo(f"  {_short_name(c.bundle)}: {c.old_class} ({c.old_rule or 'no rule'}) -> {c.new_class} "
+                       f"({c.new_rule or 'no rule'}) [{', '.join(c.fields())}]")
         for rule, n in sorted(report.shadow_hits.items()):
             click.echo(f"  shadow rule {rule} would match {n} bundle(s)")
     if report.unreadable == report.bundles:  # a mistyped or empty CORPUS: one unreadable bundle, not a pass

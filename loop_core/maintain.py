@@ -390,7 +390,12 @@ def _md(text: str) -> str:
 
 
 def _arrow(old: Any, new: Any) -> str:
-    return f"`{_md(str(old))}`" if old == new else f"`{_md(str(old))}` → `{_md(str(new))}`"
+    return _cell(old) if old == new else f"{_cell(old)} → {_cell(new)}"
+
+
+def _cell(value: Any) -> str:
+    """A value as code, or "no rule" for the rule of a verdict nothing decided."""
+    return "no rule" if value is None else f"`{_md(str(value))}`"
 
 
 def diff_packs(paths: Iterable[Path], old: Engine, new: Engine) -> DiffReport:

@@ -97,7 +97,8 @@ def run_seed_corpus(engine: Engine) -> list[CaseResult]:
               and not verdict.warnings)
         out.append(CaseResult(
             f"seed {case['id']}", ok, f"{want['class']}" + (f" ({want['tier']})" if "tier" in want else ""),
-            f"{got} ({verdict.tier.value}, {verdict.matched_rule})" + _with_warnings(verdict.warnings),
+            f"{got} ({verdict.tier.value}" + (f", {verdict.matched_rule})" if verdict.matched_rule else ")")
+            + _with_warnings(verdict.warnings),
             case.get("description", "")))
     return out
 

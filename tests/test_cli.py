@@ -105,6 +105,13 @@ def test_classify_table_and_unreadable_bundle(tmp_path: Path, bundle_dir) -> Non
     assert "2 bundle(s): genuine-oom 1; 1 unreadable" in result.output
 
 
+def test_the_table_shows_a_dash_where_no_rule_decided(bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    """An unknown failure that no matcher decided showed Python's "None" as its rule."""
+    path = bundle_dir("RuntimeError: something nobody has seen before", name="odd")
+    row = invoke("classify", str(path)).output.splitlines()[1].split()
+    assert row[1:4] == ["unknown", "none-unknown", "-"], row
+
+
 def test_explain_shows_every_matcher_and_the_span(bundle_dir) -> None:  # type: ignore[no-untyped-def]
     path = bundle_dir("ValueError: Model QuantConfig: the AWQ weight is not supported for this dtype")
     result = invoke("explain", "--rules", "reference", str(path))
@@ -196,6 +203,8 @@ def test_test_on_a_pack_of_ones_own_points_at_examples_only(tmp_path: Path) -> N
     result = invoke("test", "--rules", str(tmp_path))
     assert result.exit_code == 1
     seeds = sum(line.startswith("FAIL seed ") for line in result.stdout.splitlines())
+    assert "FAIL seed appx-3-streaming-dead-145: expected quant-unsupported (tier2), got unknown (none-unknown) (" \
+        in result.stdout  # no rule decided: no "None" for its id
     assert seeds > 0 and result.stderr == (
         f"loop-rules: note: {seeds} of the failures are seed cases (the design's Appendix-A and gate rows); "
         "--examples-only replays only the pack's own examples\n")

@@ -551,7 +551,7 @@ def test_shadow_rules_never_decide_but_are_reported(pack: Path, tmp_path: Path, 
     out = invoke("explain", "--rules", str(pack), str(path)).output
     assert "+ trial-frobnicator -> overlay-arch-drift (" in out
     assert "rules.d/05-trial.yml[0]) [shadow: never decides]" in out
-    assert "verdict: unknown" in out
+    assert "\nverdict: unknown (none-unknown, no rule matched); should_file=False review_queue=True dedup " in out
     report = json.loads(invoke("diff", "--rules", str(pack), "--format", "json", str(path)).output)
     assert report["shadow_matches"] == {"trial-frobnicator": 1} and report["changed"] == 0
     table = invoke("diff", "--rules", str(pack), str(path)).output.splitlines()
@@ -573,9 +573,10 @@ def test_diff_lists_changes_with_transitions(pack: Path, tmp_path: Path) -> None
     assert change["fields"] == ["class", "rule", "dedup_hash"]
     assert change["new"]["rule"] == "new-frobnicator"
     table = invoke("diff", "--rules", str(pack), str(corpus)).output.splitlines()
-    assert table[2:] == ["  a/1: unknown (None) -> overlay-arch-drift (new-frobnicator) [class, rule, dedup_hash]"]
+    assert table[2:] == ["  a/1: unknown (no rule) -> overlay-arch-drift (new-frobnicator) [class, rule, dedup_hash]"]
     md = invoke("diff", "--rules", str(pack), "--format", "markdown", str(corpus)).output
     assert "| `unknown` | `overlay-arch-drift` | 1 |" in md
+    assert "| `unknown` → `overlay-arch-drift` | no rule → `new-frobnicator` | `" in md  # not `None`
     assert md.endswith(" |\n")  # ready to paste: no blank line after the table
     assert invoke("diff", "--rules", str(pack), "--fail-on-change", str(corpus)).exit_code == 1
     assert invoke("diff", "--rules", "default", "--fail-on-change", str(corpus)).exit_code == 0
