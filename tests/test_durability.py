@@ -385,7 +385,9 @@ def test_sigkill_at_random_moments_then_rerun_counts_everything_once(tmp_path: P
     Even kills start from an empty tracker (the killed run does every
     write); odd kills first add a batch of new captures (some new keys,
     most repeats) so the killed run appends to existing issues and review
-    files. Delays lie between 0 and the measured length of a full run.
+    files. Delays lie between 0 and the measured length of a full run;
+    when none of them landed while the run was writing, up to 12 more kills
+    look for such a moment.
     """
     specs = make_specs(300)
     check_classes(engine, specs[:20])
@@ -421,20 +423,22 @@ def test_sigkill_at_random_moments_then_rerun_counts_everything_once(tmp_path: P
     outcomes: Counter[str] = Counter()
     temp_seen = 0
     batch = 0
-    for kill in range(20):
-        if kill % 2 == 0:
-            _wipe(captures)
-        else:
+
+    def kill_once(delay: float, add_captures: bool) -> str:
+        """Kill a run after ``delay`` seconds, rerun it whole and check the end state;
+        what the kill interrupted."""
+        nonlocal specs, temp_seen, batch
+        if add_captures:
             new = make_specs(20, start=1000 + 20 * batch, models=7)
             batch += 1
             write_specs(captures, new)
             specs = specs + new
+        else:
+            _wipe(captures)
         before = _progress(captures)
-        code = _kill_at(argv(captures), delays[kill], tmp_path)
+        code = _kill_at(argv(captures), delay, tmp_path)
         after = _progress(captures)
         total = len(specs)
-        outcomes["finished" if code == 0 else "killed before any write" if after == before
-                 else "killed mid-way" if after < total else "killed after the last write"] += 1
         assert_json_whole(captures)  # nothing torn, even right after the kill
         leftovers = temp_files(captures)
         temp_seen += len(leftovers)
@@ -448,6 +452,25 @@ def test_sigkill_at_random_moments_then_rerun_counts_everything_once(tmp_path: P
         assert all(not p.exists() for p in leftovers)  # the rerun cleaned what the kill left
         assert temp_files(captures) == []
         assert_exact(captures, specs)
+        return ("finished" if code == 0 else "killed before any write" if after == before
+                else "killed mid-way" if after < total else "killed after the last write")
+
+    for kill in range(20):
+        outcomes[kill_once(delays[kill], add_captures=kill % 2 == 1)] += 1
+    # On a busy machine every run can take longer or shorter than the measured one, so
+    # that no random moment falls while it writes. Then the writing part is looked for:
+    # a run killed before its first write needed more time, one that ended, less.
+    low, high = 0.0, 8 * duration
+    for _ in range(12):
+        if outcomes["killed mid-way"]:
+            break
+        delay = (low + high) / 2
+        outcome = kill_once(delay, add_captures=False)
+        outcomes[outcome] += 1
+        if outcome == "killed before any write":
+            low = delay
+        elif outcome != "killed mid-way":
+            high = delay
     print(f"\nsigkill: full run {duration:.2f}s, {len(specs)} bundles at the end; "
           f"{dict(outcomes)}; {temp_seen} stale temp file(s) left by kills, all cleaned")
     assert outcomes["killed mid-way"] >= 1  # the kills did land while writing
