@@ -405,6 +405,14 @@ def test_pt_schema_other_than_one(write: Any, doc: str, schema: Any) -> None:
 
 
 @pytest.mark.parametrize("doc", ["pt1", "pt2", "pt3", "pt4"])
+def test_pt_schema_is_checked_before_point(write: Any, doc: str) -> None:
+    """§2.2.6: a file wrong in both is reported for its schema, as the reference reports it."""
+    path = write(patched(**{doc: {"schema": 2, "point": "BOGUS"}}))
+    with pytest.raises(BundleError, match=rf"{re.escape(FILES[doc])}: schema must be 1, got 2$"):
+        read_bundle(path)
+
+
+@pytest.mark.parametrize("doc", ["pt1", "pt2", "pt3", "pt4"])
 @pytest.mark.parametrize("schema", [1, 1.0, True, "absent"])
 def test_pt_schema_one_or_absent_is_accepted(write: Any, doc: str, schema: Any) -> None:
     documents = without(REF_DOCS, doc, "schema") if "schema" in REF_DOCS[doc] else copy.deepcopy(REF_DOCS)
@@ -643,6 +651,12 @@ def test_gate_pt1_schema_must_be_2(write: Any, schema: Any) -> None:
 
 def test_gate_pt1_without_schema_reads(write: Any) -> None:
     assert read_bundle(write(without(GATE_DOCS, "pt1", "schema"))).is_gate_only
+
+
+def test_gate_pt1_schema_is_checked_before_point(write: Any) -> None:
+    path = write(patched(GATE_DOCS, pt1={"schema": 1, "point": "boot"}))
+    with pytest.raises(BundleError, match=r"pt1-gate\.json: schema must be 2, got 1$"):
+        read_bundle(path)
 
 
 @pytest.mark.parametrize("point", ["boot", None, "GATE"])
