@@ -454,6 +454,14 @@ def test_manifest_missing_keys_are_listed_sorted(write: Any) -> None:
         read_bundle(write(documents))
 
 
+def test_every_missing_manifest_key_is_listed_sorted(write: Any) -> None:
+    """The message is the same on every run, whatever order the keys were found in."""
+    path = write(docs(manifest={"schema": 1}))
+    expected = ", ".join(sorted(MANIFEST_KEYS_V1 - {"schema"}))
+    with pytest.raises(BundleError, match=rf"manifest\.json: missing keys {re.escape(expected)}$"):
+        read_bundle(path)
+
+
 def test_manifest_has_twenty_required_keys() -> None:
     assert len(MANIFEST_KEYS_V1) == 20
     assert MANIFEST_KEYS_V1 == set(REF_MANIFEST)
