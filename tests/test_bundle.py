@@ -132,6 +132,14 @@ def test_complete_bundle_without_pt5_reads(write: Any) -> None:
     assert bundle.abort_reason is None
 
 
+def test_a_schema_1_bundle_has_no_abort_reason_even_if_its_pt1_names_one(write: Any) -> None:
+    """§2.1: the abort token belongs to gate-only bundles; rules and the review file read
+    null for a schema-1 bundle, whatever an additive pt1 key says (docs/rules.md)."""
+    bundle = read_bundle(write(patched(pt1={"abort_reason": "disk-short"})))
+    assert bundle.pt1["abort_reason"] == "disk-short"
+    assert bundle.abort_reason is None
+
+
 def test_path_is_the_directory_read(write: Any) -> None:
     """Groups 3, 5: the bundle remembers where it came from, and nothing else."""
     path = write(REF_DOCS)
