@@ -396,6 +396,14 @@ def test_a_huge_wrong_value_is_named_in_a_short_message(write: Any, where: str) 
     assert len(message) < 400 and "'AAAA" in message and "(1,000,002 characters)" in message
 
 
+@pytest.mark.parametrize("size", [1, 78])
+def test_a_wrong_value_that_fits_the_message_is_shown_whole(write: Any, size: int) -> None:
+    """Up to 80 characters of repr (78 letters and their quotes) the value is shown as it is."""
+    path = write(patched(pt4={"point": "B" * size}))
+    with pytest.raises(BundleError, match=rf"pt4-smoke\.json: point must be 'smoke', got '{'B' * size}'$"):
+        read_bundle(path)
+
+
 @pytest.mark.parametrize("doc", ["pt1", "pt2", "pt3", "pt4"])
 def test_missing_point(write: Any, doc: str) -> None:
     path = write(without(REF_DOCS, doc, "point"))
@@ -529,8 +537,16 @@ def test_checks_run_in_reference_order(write: Any) -> None:
         read_bundle(write(broken))
 
 
-def test_error_carries_the_bundle_path(write: Any) -> None:
-    path = write(docs(pt3=None))
+@pytest.mark.parametrize("broken", [
+    docs(manifest=None), docs(pt3=None), patched(manifest={"schema": 7}), without(REF_DOCS, "manifest", "model"),
+    patched(manifest={"failure_class": "unknown"}), patched(pt2={"schema": 2}), patched(pt4={"point": "x"}),
+    docs(pt5={"point": "x"}), docs(GATE_DOCS, pt1=None), patched(GATE_DOCS, manifest={"outcome": "ok"}),
+    docs(GATE_DOCS, manifest={"schema": 2}), patched(GATE_DOCS, manifest={"failure_class": "unknown"}),
+    patched(GATE_DOCS, pt1={"schema": 1}),
+])
+def test_error_carries_the_bundle_path(write: Any, broken: dict[str, Any]) -> None:
+    """``BundleError.path`` is the bundle directory, whichever check refused it."""
+    path = write(broken)
     with pytest.raises(BundleError) as info:
         read_bundle(path)
     assert info.value.path == path
