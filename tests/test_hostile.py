@@ -378,6 +378,22 @@ def test_symlink_refused_even_if_it_appears_after_the_scan(
     read_refused(path, r"pt1-gate\.json: is a symlink")
 
 
+@pytest.mark.parametrize("name", ["pt3-boot.json", "pt5-override-capture.json"])
+def test_a_file_removed_after_the_scan_is_missing(
+    valid: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A race with the directory scan: a file gone by the time it is opened is absent, as
+    if the scan had not seen it (pt3 missing, pt5 simply not there), not unreadable."""
+    path = valid({"pt5": {"point": "override_capture", "actual": None}})
+    scanned = loop_core.bundle._refuse_special_entries(path)  # the listing, taken before the removal
+    monkeypatch.setattr(loop_core.bundle, "_refuse_special_entries", lambda root: scanned)
+    (path / name).unlink()
+    if name == "pt3-boot.json":
+        read_refused(path, r"pt3-boot\.json: missing$")
+    else:
+        assert read_bundle(path).pt5 is None
+
+
 def _read_fifo_bundle(path: Path, fifo: Path, match: str) -> None:
     """Read with a watchdog: a reader that blocks on the FIFO is released, then fails."""
     outcome: dict[str, Any] = {}
