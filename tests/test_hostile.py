@@ -544,6 +544,16 @@ def test_deep_nesting_is_refused_without_recursion_error(
     read_refused(path, rf"{name.replace('.', '[.]')}: JSON nested deeper than 64 levels")
 
 
+@pytest.mark.parametrize(("depth", "problem"), [(64, "invalid JSON"), (65, "JSON nested deeper than 64 levels")])
+def test_broken_json_is_called_too_deep_only_past_the_bound(valid: Callable[..., Path], depth: int,
+                                                            problem: str) -> None:
+    """A syntax error in a file nested as deep as allowed is the syntax error it is."""
+    path = valid()
+    inner = "[" * (depth - 1) + "]" * (depth - 1)
+    (path / "pt3-boot.json").write_text('{"point": "boot", "ok": [], "extra": ' + inner + ",}")
+    read_refused(path, rf"pt3-boot\.json: {problem}")
+
+
 def test_deep_unclosed_nesting_is_refused(valid: Callable[..., Path]) -> None:
     path = valid()
     (path / "pt3-boot.json").write_text("[" * 1_000_000)
@@ -680,7 +690,7 @@ def test_utf8_bom_is_refused(valid: Callable[..., Path]) -> None:
     read_refused(path, r"pt1-gate\.json: invalid JSON: Unexpected UTF-8 BOM")
 
 
-@pytest.mark.parametrize("escape", ["\\ud800", "\\udfff", "x\\udc00y", "\\ude00\\ud83d"])
+@pytest.mark.parametrize("escape", ["\\ud800", "\\udfff", "x\\udc00y", "\\ude00\\ud83d", "\\uDC00"])
 def test_lone_surrogate_in_failure_is_refused(valid: Callable[..., Path], escape: str) -> None:
     """§8.2.8: the reference crashes hashing it; we refuse it at the door."""
     path = valid()
