@@ -277,6 +277,17 @@ def test_consensus_key_keeps_stored_capability_order(write: Any) -> None:
     assert consensus_key(null)[8] == ()  # type: ignore[index]
 
 
+@pytest.mark.parametrize(("stored", "expected"), [
+    (False, ()), (0, ()), ("", ()), ({}, ()), ("ab", ("a", "b")), ({"plain-chat": "green"}, ("plain-chat",)),
+    (7, (7,)), (True, (True,)),
+])
+def test_consensus_key_of_an_odd_capability_set(write: Any, stored: Any, expected: tuple[Any, ...]) -> None:
+    """§2.3's ``tuple()`` of the stored value: nothing for any empty value, the items of a
+    text or an object as ``tuple()`` gives them, a lone scalar as itself."""
+    key = consensus_key(read_bundle(write(patched(manifest={"smoke_capability_set": stored}))))
+    assert key is not None and key.smoke_capability_set == expected
+
+
 def test_selected_ctx_keeps_int_or_float(write: Any) -> None:
     """§0.2: 32768 and 32768.0 are different key values."""
     as_int = consensus_key(read_bundle(write(REF_DOCS)))
