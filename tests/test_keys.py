@@ -180,6 +180,18 @@ def test_arch_label_fits_githubs_fifty_characters() -> None:
     assert not label.endswith("-")
 
 
+@pytest.mark.parametrize("arch, label", [
+    ("a" * 60, "arch:" + "a" * 45),
+    ("__" + "a" * 60, "arch:" + "a" * 45),
+    ("A" * 45 + "!!!b", "arch:" + "a" * 45),
+    ("a" * 44 + "::bbb", "arch:" + "a" * 44),
+])
+def test_a_long_arch_label_keeps_45_characters_of_the_sanitized_name(arch: str, label: str) -> None:
+    # docs/compatibility.md: the architecture part is cut to 45 characters, counted after
+    # the punctuation at its ends is gone, and a cut never leaves a dash at the end.
+    assert arch_label(arch) == label
+
+
 def test_labels_are_three_and_bounded() -> None:
     labels = dedup_labels(DedupKey("m", "awq", "LlamaForCausalLM", "kv", "e", "genuine-oom", "1x1MiB"))
     assert labels == (f"loop:dedup-{DedupKey('m', 'awq', 'LlamaForCausalLM', 'kv', 'e', 'genuine-oom', '1x1MiB').digest()}",
