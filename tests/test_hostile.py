@@ -510,6 +510,12 @@ def test_file_over_default_limit_is_refused(valid: Callable[..., Path]) -> None:
     read_refused(path, rf"pt3-boot\.json: {9 * 1024 * 1024} bytes is over the {DEFAULT_MAX_FILE_BYTES}-byte limit")
 
 
+def test_a_file_of_8_mib_reads_by_default(valid: Callable[..., Path]) -> None:
+    """The default cap is 8 MiB (docs/compatibility.md): a file of exactly that size reads."""
+    path = _big_excerpt_bundle(valid, 8 * 1024 * 1024)
+    assert read_bundle(path).pt3 is not None
+
+
 def test_read_limits_raise_the_size_limit(valid: Callable[..., Path], engine: Engine) -> None:
     path = _big_excerpt_bundle(valid, 9 * 1024 * 1024)
     with Timer() as t:
