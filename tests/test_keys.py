@@ -8,8 +8,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loop_core import consensus_key, dedup_key, dedup_labels, submission_fingerprint, tier2_fingerprint
-from loop_core.keys import DedupKey, arch_label, error_substring, kv_calc_version, normalize_text
+from loop_core import (
+    consensus_key,
+    dedup_key,
+    dedup_labels,
+    submission_fingerprint,
+    tier2_fingerprint,
+)
+from loop_core.keys import (
+    DedupKey,
+    arch_label,
+    error_source,
+    error_substring,
+    kv_calc_version,
+    normalize_text,
+)
 from loop_core.testing import make_bundle
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -230,6 +243,7 @@ def test_kv_calc_version_degrades_to_the_base(tmp_path: Path) -> None:
     assert kv_calc_version(tmp_path) == "kvcalc-v0.8.0"
 
 
+
 @settings(max_examples=500, deadline=None)
 @given(st.lists(st.sampled_from(["a", "B", " ", "\n", "\t", "İ", "ß", "x" * 50, "Word", "\u2003", "ǅ", " " * 300,
                                  "ΑΣ", "Σ" * 90]),
@@ -243,6 +257,30 @@ def test_normalize_text_reads_only_what_the_limit_needs_and_says_the_same(text: 
 
 def test_an_empty_excerpt_gives_way_to_the_boot_failure() -> None:
     assert error_substring(make_bundle({"pt3": {"failure_log_excerpt": "", "failure": "Failure"}})) == "failure"
+
+
+@pytest.mark.parametrize("pt3, pt4, source, substring", [
+    ({"failure_log_excerpt": "Excerpt", "failure": "Failure"}, None, "excerpt", "excerpt"),
+    ({"failure": "Failure"}, None, "failure", "failure"),
+    # An empty boot failure is no failure: the red capability speaks.
+    ({"failure": ""}, {"results": {"streaming": "red"}}, "smoke", "smoke red:streaming"),
+    # No recorded error (null, false, an empty text): the capability's name stands in.
+    ({"failure": None}, {"results": {"streaming": "red"}, "results_detail": {"streaming": {"error": None}}},
+     "smoke", "smoke red:streaming"),
+    ({"failure": None}, {"results": {"streaming": "red"}, "results_detail": {"streaming": {"error": False}}},
+     "smoke", "smoke red:streaming"),
+    # A recorded error of blanks is an error, if an empty one once collapsed.
+    ({"failure": None}, {"results": {"streaming": "red"}, "results_detail": {"streaming": {"error": "  "}}},
+     "smoke", ""),
+    # A failure recorded as a number is rendered, not dropped.
+    ({"failure": 500}, None, "failure", "500"),
+    ({"failure": None}, {"results": {"streaming": "green"}}, "", ""),
+])
+def test_error_source_names_the_field_the_text_came_from(pt3: dict, pt4: dict | None, source: str,
+                                                         substring: str) -> None:
+    bundle = make_bundle({"pt3": pt3, **({"pt4": pt4} if pt4 is not None else {})})
+    assert error_source(bundle)[0] == source
+    assert error_substring(bundle) == substring
 
 
 def test_a_red_capability_whose_detail_is_plain_text_gives_that_text() -> None:
