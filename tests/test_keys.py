@@ -243,6 +243,12 @@ def test_kv_calc_version_degrades_to_the_base(tmp_path: Path) -> None:
     assert kv_calc_version(tmp_path) == "kvcalc-v0.8.0"
 
 
+def test_a_folder_named_like_a_calibration_file_gives_the_base(tmp_path: Path) -> None:
+    # §6: anything that raises, a directory named *.yml included, gives the bare base.
+    root = _kv_tree(tmp_path, {"a.yml": "rows: []\n"})
+    (root / "scripts" / "lib" / "profiles" / "calibration" / "b.yml").mkdir()
+    assert kv_calc_version(root) == "kvcalc-v0.8.0"
+
 
 @settings(max_examples=500, deadline=None)
 @given(st.lists(st.sampled_from(["a", "B", " ", "\n", "\t", "İ", "ß", "x" * 50, "Word", "\u2003", "ǅ", " " * 300,
