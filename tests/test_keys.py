@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loop_core import (
+    FailureClass,
     consensus_key,
     dedup_key,
     dedup_labels,
@@ -111,6 +112,14 @@ def test_consensus_key_of_the_example_bundle() -> None:
 ])
 def test_dedup_hash_examples(fields: tuple, expected: str) -> None:
     assert DedupKey(*fields).digest() == expected
+
+
+def test_the_class_given_as_a_member_keys_as_its_value() -> None:
+    # FailureClass is text: a caller handing dedup_key the verdict's class itself must get
+    # the hash and labels of its value, not of "FailureClass.GENUINE_OOM".
+    key = dedup_key(make_bundle(EXAMPLE), FailureClass.GENUINE_OOM)
+    assert key.digest() == "b6b82dc71cf6"
+    assert dedup_labels(key)[1] == "class:genuine-oom"
 
 
 def test_effective_key_substitutes_only_the_class() -> None:
