@@ -345,6 +345,21 @@ def test_a_class_written_in_another_case_from_a_plugin_becomes_unknown(pm: plugg
     assert verdict.failure_class is FailureClass.UNKNOWN and verdict.should_file is False
 
 
+def test_a_class_given_as_a_member_of_the_six_is_that_class(pm: pluggy.PluginManager) -> None:
+    """A matcher may return ``FailureClass.KERNEL_UNSUPPORTED`` as well as its text, and the
+    verdict reads as text wherever a plugin or a message formats it."""
+    plugin = _Plugin([Matcher("member", Tier.TIER2, 1, _always(FailureClass.KERNEL_UNSUPPORTED, "member"))])
+    pm.register(plugin)
+    try:
+        verdict = Engine.build("reference", pm).classify(make_bundle("anything"))
+    finally:
+        pm.unregister(plugin)
+    assert (verdict.failure_class, verdict.matched_rule, verdict.warnings) == (
+        FailureClass.KERNEL_UNSUPPORTED, "member", ())
+    assert verdict.should_file is True
+    assert f"{verdict.failure_class} ({verdict.tier})" == "kernel-unsupported (tier2)"
+
+
 def test_explain_gives_the_verdict_classify_gives_when_later_matchers_also_match(pm: pluggy.PluginManager) -> None:
     """`explain` runs every matcher, but the first that matches still decides."""
     first = Matcher("aa-first", Tier.TIER2, 1, _always("kernel-unsupported", "first"))
