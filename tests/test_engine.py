@@ -360,6 +360,28 @@ def test_a_class_given_as_a_member_of_the_six_is_that_class(pm: pluggy.PluginMan
     assert f"{verdict.failure_class} ({verdict.tier})" == "kernel-unsupported (tier2)"
 
 
+def test_a_verdicts_dict_is_the_verdict_part_of_its_classify_row(pm: pluggy.PluginManager) -> None:
+    """docs/api.md: ``verdict.to_dict()`` is the verdict part of a ``classify --format json`` row."""
+    from loop_core.verdict import Classification
+
+    verdict = Classification(FailureClass.GENUINE_OOM, Tier.TIER1, "tier1-oom-fastpath", "0123456789ab", "cuda oom",
+                             True, False, True, -160, {"source": "pt3+pt1", "attempted_alloc_mib": 2560}, "v1",
+                             ("matcher 'acme' raised ValueError: boom",), ("shadow-rule",))
+    bundle = make_bundle(OOM)
+    row = verdict_row(Outcome(bundle.path, bundle, None, verdict))
+    as_dict = verdict.to_dict()
+    bundle_part = {"bundle", "schema", "reader_error", "consensus_key", "dedup_tuple", "dedup_hash", "labels",
+                   "failure"}
+    assert as_dict == {key: value for key, value in row.items() if key not in bundle_part}
+    assert as_dict["delta_mib"] == -160 and as_dict["tier1_inputs"]["source"] == "pt3+pt1"
+    assert as_dict["warnings"] == ["matcher 'acme' raised ValueError: boom"]
+    assert as_dict["shadow_matches"] == ["shadow-rule"]
+    nothing = Engine.build("reference", pm).classify(make_bundle("no rule knows"))
+    unmatched = verdict_row(Outcome(bundle.path, bundle, None, nothing))
+    assert nothing.to_dict() == {key: value for key, value in unmatched.items() if key not in bundle_part}
+    assert nothing.to_dict()["matched_rule"] is None
+
+
 def test_explain_gives_the_verdict_classify_gives_when_later_matchers_also_match(pm: pluggy.PluginManager) -> None:
     """`explain` runs every matcher, but the first that matches still decides."""
     first = Matcher("aa-first", Tier.TIER2, 1, _always("kernel-unsupported", "first"))
