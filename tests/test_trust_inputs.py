@@ -236,3 +236,27 @@ def test_a_topology_not_counted_in_mib_is_implausible(topology: str) -> None:
     anchor, twin = (_anchor(utc_ts=ts, topology_class=topology) for ts in ("20260801T000000Z", "20260802T000000Z"))
     result = evaluate_trust(anchor, priors=ConsensusIndex.of([anchor, twin]))
     assert (result.stage, result.reason) == (Stage.CANDIDATE, "topology-implausible")
+
+
+@pytest.mark.parametrize("topology, plausible", [
+    ("1x24576MiB", True), ("+1x24576MiB", True), (" 2 x 24576 MiB", True), ("1_0x2_4576MiB", True),
+    ("100000x1048576MiB", True), ("1x1MiB", True),
+    ("0x24576MiB", False), ("1x1048577MiB", False), ("1x0MiB", False), ("1x-5MiB", False), ("1x24576mib", False),
+    ("1X24576MiB", False), ("x24576MiB", False), (24576, False),
+])
+def test_the_topology_floor_of_the_contract(topology: object, plausible: bool) -> None:
+    """§4.3's computed examples: Python int() leniency, at least one GPU, 1 MiB to 1 TiB a card."""
+    from loop_core.trust import Stage, evaluate_trust
+
+    result = evaluate_trust(_anchor(topology_class=topology), maintainer_promoted=True)
+    assert (result.stage, result.reason) == ((Stage.VALIDATED, "derived-tier1-deferred-v0.8.1") if plausible
+                                             else (Stage.CANDIDATE, "topology-implausible"))
+
+
+@pytest.mark.parametrize("summary", ["", "  \n", None, 5, ["(NVIDIA GeForce RTX 3090, 24576)"]])
+def test_a_topology_summary_that_is_no_text_or_blank_is_implausible(summary: object) -> None:
+    """§4.3.1: the summary must be text that is not empty once trimmed."""
+    from loop_core.trust import Stage, evaluate_trust
+
+    result = evaluate_trust(_anchor(topology_summary_canonical=summary), maintainer_promoted=True)
+    assert (result.stage, result.reason) == (Stage.CANDIDATE, "topology-implausible")
