@@ -260,3 +260,24 @@ def test_a_topology_summary_that_is_no_text_or_blank_is_implausible(summary: obj
 
     result = evaluate_trust(_anchor(topology_summary_canonical=summary), maintainer_promoted=True)
     assert (result.stage, result.reason) == (Stage.CANDIDATE, "topology-implausible")
+
+
+def test_a_curated_anchor_gives_the_calibration_row_of_the_contract(tmp_path: Path) -> None:
+    """§4.6: eight keys; the VRAM of one card; the engine is engine_pin, not its alias."""
+    from loop_core.testing import make_bundle
+    from loop_core.trust import Stage, evaluate_trust
+
+    anchor = make_bundle({"manifest": {"model": "acme/Tiny-7B", "engine_pin": "vllm/vllm-openai:v0.21.0",
+                                       "engine_version": "vllm/vllm-openai:nightly", "topology_class": "2x12345MiB",
+                                       "selected_ctx": 48000},
+                          "pt4": {"results": {"chat": "green"}}})
+    result = evaluate_trust(anchor, catalog=load_catalog(write(tmp_path, GOOD)), maintainer_promoted=True)
+    assert (result.stage, result.reason, result.curated_model) == (Stage.TIER1, "tier1-curated", "tiny-7b")
+    fingerprint = anchor.manifest["submission_fingerprint"]
+    assert result.calibration_row == {
+        "compose": "vllm/minimal", "vram_gb": 12.056, "measured_peak_gb": None, "ctx_override": 48000,
+        "status": "candidate-tier1", "engine_pin": "vllm/vllm-openai:v0.21.0", "genesis_pin": None,
+        "source": (f"loop[F]/F4 inbound-trust anchor model=acme/Tiny-7B slug-resolved=tiny-7b "
+                   f"fingerprint={fingerprint} utc_ts=20260801T093000Z"),
+    }
+
