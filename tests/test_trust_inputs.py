@@ -281,3 +281,22 @@ def test_a_curated_anchor_gives_the_calibration_row_of_the_contract(tmp_path: Pa
                    f"fingerprint={fingerprint} utc_ts=20260801T093000Z"),
     }
 
+
+def test_without_priors_the_anchor_counts_itself_once() -> None:
+    """§4.4: the count is 1 (this submission) plus the priors; a consensus of one needs no other."""
+    from loop_core.trust import Stage, evaluate_trust
+
+    alone = evaluate_trust(_anchor())
+    assert (alone.consensus_count, alone.consensus_reached, alone.reason) == (1, False, "insufficient-consensus")
+    one = evaluate_trust(_anchor(), consensus_n=1)
+    assert (one.consensus_count, one.consensus_reached, one.stage) == (1, True, Stage.VALIDATED)
+
+
+def test_no_green_capability_is_reported_before_an_implausible_topology() -> None:
+    """§4.2: the candidate gates in their order, the first failing one named."""
+    from loop_core.testing import make_bundle
+    from loop_core.trust import Stage, evaluate_trust
+
+    anchor = make_bundle({"manifest": {"topology_class": "0x0MiB"}, "pt4": {"results": {"chat": "red"}}})
+    result = evaluate_trust(anchor, maintainer_promoted=True)
+    assert (result.stage, result.reason) == (Stage.CANDIDATE, "no-green-capability")
