@@ -300,3 +300,30 @@ def test_no_green_capability_is_reported_before_an_implausible_topology() -> Non
     anchor = make_bundle({"manifest": {"topology_class": "0x0MiB"}, "pt4": {"results": {"chat": "red"}}})
     result = evaluate_trust(anchor, maintainer_promoted=True)
     assert (result.stage, result.reason) == (Stage.CANDIDATE, "no-green-capability")
+
+
+def test_a_trust_row_lists_the_graduated_capabilities_sorted() -> None:
+    """The same anchor gives the same row on every run, whatever order a set keeps."""
+    from loop_core.testing import make_bundle
+    from loop_core.trust import evaluate_trust
+
+    caps = ["vision", "streaming", "tool-call", "plain-chat", "long-context", "reasoning-streaming"]
+    anchor = make_bundle({"pt4": {"results": {**{cap: "green" for cap in caps}, "structured-output": "red"}}})
+    assert evaluate_trust(anchor).to_dict()["graduation_set"] == sorted(caps)
+
+
+@pytest.mark.parametrize("vouched", [1, "yes"])
+def test_any_truthy_maintainer_promotion_vouches(vouched: object) -> None:
+    """§4.2: ``maintainer_promoted`` truthy stands in for consensus, and the result says so."""
+    from loop_core.trust import Stage, evaluate_trust
+
+    result = evaluate_trust(_anchor(), maintainer_promoted=vouched)  # type: ignore[arg-type]
+    assert (result.stage, result.maintainer_promoted) == (Stage.VALIDATED, True)
+
+
+def test_a_gate_only_bundle_has_no_trust_verdict() -> None:
+    from loop_core.testing import make_bundle
+    from loop_core.trust import evaluate_trust
+
+    with pytest.raises(ValueError, match="gate-only bundles have no trust verdict"):
+        evaluate_trust(make_bundle({"manifest": {"schema": 2}}))
