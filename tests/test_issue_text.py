@@ -213,6 +213,20 @@ def test_plain_issue(engine: Engine) -> None:
     assert draft.title == f"[loop][genuine-oom] acme/Model-7B (dedup {draft.dedup_hash})"
 
 
+def test_the_body_and_the_comment_carry_the_references_markers(engine: Engine) -> None:
+    """§5.4-§5.5: the literal markers and schema tag the reference writes and looks for, so
+    issues and comments of either tool are recognised by the other."""
+    bundle, _verdict, draft, _evidence = render(engine)
+    assert '\n<!-- club3090-loop-dedup canonical-tuple -->\n```json\n{\n  "dedup_hash": ' in draft.body
+    assert '"schema": "club3090-loop-dedup-v1"' in draft.body
+    comment = plus_one_comment(draft, occurrence_of(bundle)).split("\n")
+    assert comment[0] == "<!-- club3090-loop-dedup +1 -->"
+    assert comment[3] == "```json" and comment[5:] == ["```"]
+    payload = json.loads(comment[4])
+    assert (payload["kind"], payload["schema"], payload["dedup_hash"]) == (
+        "dedup-plusone", "club3090-loop-dedup-v1", draft.dedup_hash)
+
+
 def test_the_log_up_to_the_final_error_shows_what_failed(engine: Engine) -> None:
     # llama.cpp names the architecture it lacks lines before its last message, past the
     # 240-character substring (tests/corpus/real, llama.cpp-drift-003).
