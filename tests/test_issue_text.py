@@ -263,6 +263,20 @@ def test_the_log_ends_at_the_final_error_and_is_bounded(engine: Engine) -> None:
     assert "shutting down" not in text
 
 
+def test_a_log_over_its_size_keeps_the_final_error_and_drops_the_oldest_lines(engine: Engine) -> None:
+    padding = "".join(f"INFO shard {i:02d} " + "y" * 400 + "\n" for i in range(30))
+    final = "llama_model_load: the tensor layout could not be read, load failed"
+    bundle, verdict, draft, evidence = render(engine, excerpt=padding + final + "\nINFO exiting\n")
+    check(bundle, verdict, draft, evidence)
+    log = _log_excerpt(bundle, verdict.error_substring)
+    assert log is not None
+    heading, text = log
+    lines = text.split("\n")
+    assert lines[-1] == final and len(text) <= LOG_CHARS
+    assert lines[0].startswith("INFO shard ") and "INFO shard 00 " not in text
+    assert heading == f"**Log up to the final error (scrubbed; lines {32 - len(lines)}-31 of 32):**"
+
+
 def test_no_log_when_the_final_error_is_an_exception_with_its_message(engine: Engine) -> None:
     # The body shows that line already; scrubbing the log before it cost more than the rest of the draft.
     noise = "".join(f"INFO step {i} of the loader with a long line of detail to pad it out\n" for i in range(30))
