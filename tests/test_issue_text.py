@@ -277,6 +277,15 @@ def test_a_log_over_its_size_keeps_the_final_error_and_drops_the_oldest_lines(en
     assert heading == f"**Log up to the final error (scrubbed; lines {32 - len(lines)}-31 of 32):**"
 
 
+def test_no_log_when_the_final_error_is_the_first_line(engine: Engine) -> None:
+    # A one-line log would only repeat what the error substring and the evidence show.
+    excerpt = "weights: loading the shards failed " + "x" * 300 + "\nINFO cleaning up\nINFO bye\n"
+    bundle, verdict, draft, evidence = render(engine, excerpt=excerpt)
+    check(bundle, verdict, draft, evidence)
+    assert len(verdict.error_substring) == 240 and _log_excerpt(bundle, verdict.error_substring) is None
+    assert "**Log up to" not in draft.body
+
+
 def test_no_log_when_the_final_error_is_an_exception_with_its_message(engine: Engine) -> None:
     # The body shows that line already; scrubbing the log before it cost more than the rest of the draft.
     noise = "".join(f"INFO step {i} of the loader with a long line of detail to pad it out\n" for i in range(30))
@@ -286,8 +295,9 @@ def test_no_log_when_the_final_error_is_an_exception_with_its_message(engine: En
     assert "**Log up to" not in draft.body
 
 
-def test_no_log_when_the_substring_is_the_whole_text(engine: Engine) -> None:
-    bundle, verdict, draft, evidence = render(engine, excerpt=f"INFO loading\n{OOM}")
+@pytest.mark.parametrize("excerpt", [f"INFO loading\n{OOM}", "INFO loading\nINFO the server failed to start"])
+def test_no_log_when_the_substring_is_the_whole_text(engine: Engine, excerpt: str) -> None:
+    bundle, verdict, draft, evidence = render(engine, excerpt=excerpt)
     check(bundle, verdict, draft, evidence)
     assert "**Log up to" not in draft.body
 
