@@ -227,6 +227,16 @@ def test_the_body_and_the_comment_carry_the_references_markers(engine: Engine) -
         "dedup-plusone", "club3090-loop-dedup-v1", draft.dedup_hash)
 
 
+def test_the_model_slug_and_the_title_name_the_manifests_model_not_its_alias(engine: Engine) -> None:
+    """§5.3-§5.4: ``model_slug`` and the title are the manifest's ``model``, as the dedup key's
+    first field is; a differing ``model_id`` alias changes neither."""
+    bundle, verdict = classified(engine, manifest={"model_id": "acme/Alias-7B"})
+    draft = draft_issue(bundle, verdict)
+    assert draft.canonical["model_slug"] == "acme/Model-7B"
+    assert json.loads(scan(draft.body)[0][0].content)["model_slug"] == "acme/Model-7B"
+    assert "acme/Model-7B" in draft.title and "Alias" not in draft.title
+
+
 def test_the_log_up_to_the_final_error_shows_what_failed(engine: Engine) -> None:
     # llama.cpp names the architecture it lacks lines before its last message, past the
     # 240-character substring (tests/corpus/real, llama.cpp-drift-003).
