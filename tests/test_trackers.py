@@ -930,6 +930,26 @@ def test_captures_claiming_the_same_malformed_fingerprint_are_counted_apart(tmp_
         db.close()
 
 
+def test_a_gate_capture_is_one_submission_whatever_order_its_manifest_keys_come_in(tmp_path: Path,
+                                                                                   engine: Engine) -> None:
+    """A gate-only capture carries no submission fingerprint; a digest of its manifest names
+    it. A copy whose keys were written in another order (an editor's reformat) is the same
+    capture and must not add a second +1."""
+    from loop_core import Bundle
+
+    token = "engine-support-unknown/no-arch-row"
+    first = make_bundle({"manifest": {"schema": 2, "abort_reason": token}, "pt1": {"abort_reason": token}},
+                        path=tmp_path / "a")
+    copy = Bundle(tmp_path / "b", 2, dict(reversed(list(first.manifest.items()))), first.pt1)
+    assert list(copy.manifest) != list(first.manifest) and copy.manifest == first.manifest
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        actions = [db.file(draft_issue(b, engine.classify(b)), occurrence_of(b)).action for b in (first, copy)]
+        assert actions == [FileAction.OPENED, FileAction.ALREADY_COUNTED]
+    finally:
+        db.close()
+
+
 def test_replay_keeps_each_occurrences_capture_time_and_commit(tmp_path: Path, engine: Engine) -> None:
     """What `tracker show` lists for a replayed occurrence is what the capture said."""
     spool = SpoolTracker(tmp_path)
