@@ -96,6 +96,37 @@ def test_replay_of_a_reference_spool_file(tmp_path: Path, engine: Engine) -> Non
     assert TUPLE_MARKER in issue["body"] and parse_body_tuple(issue["body"]) == list(draft.key)
 
 
+def _write_reference_spool(tmp_path: Path, payload: dict[str, Any]) -> None:
+    target = tmp_path / "_dedup-queue" / f"{payload['dedup_hash']}.json"
+    target.parent.mkdir()
+    target.write_text(json.dumps(payload, indent=2, sort_keys=True))
+
+
+def test_a_reference_spool_files_tuple_block_is_replayed_byte_exact(tmp_path: Path, engine: Engine) -> None:
+    """Text around the tuple block is sanitized again on replay; the block itself is not, or
+    a value with an "@" would be published altered, no later capture would verify against
+    it, and the next occurrence would open a second issue."""
+    model = "acme/@team-7B"
+    draft, _ = drafted(engine, model=model, model_id=model, slug=model)
+    block = draft.body[draft.body.index(TUPLE_MARKER):]
+    block = block[:block.index("\n```\n") + 4]
+    assert '"acme/@team-7B"' in block
+    reference = draft.spool_payload()
+    reference["body"] += "\n\ncc @maintainer"  # the reference published whatever it was given
+    _write_reference_spool(tmp_path, reference)
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        (result,) = replay_spool(SpoolTracker(tmp_path), db)
+        assert [r.action for r in result.results] == [FileAction.OPENED]
+        issue = db.issue("1")
+        assert issue is not None and block in issue["body"]
+        assert "@maintainer" not in issue["body"]  # sanitized after the block as before it
+        again = db.file(*drafted(engine, model=model, model_id=model, slug=model, utc_ts="20260802T000000Z"))
+        assert (again.action, again.issue) == (FileAction.PLUS_ONE, 1)
+    finally:
+        db.close()
+
+
 class SpoolsWhileFiling:
     """A target during whose first filing a run spools another occurrence of the same
     failure into the file being replayed (as `run --tracker spool` may, meanwhile)."""
