@@ -127,6 +127,23 @@ def test_a_reference_spool_files_tuple_block_is_replayed_byte_exact(tmp_path: Pa
         db.close()
 
 
+def test_a_reference_spool_files_long_title_is_cut_to_githubs_limit(tmp_path: Path, engine: Engine) -> None:
+    """The reference bounds no title (§8.4.4); a replayed one is cut to GitHub's 256 characters."""
+    draft, _ = drafted(engine)
+    reference = draft.spool_payload()
+    reference["title"] = f"[loop][genuine-oom] acme/{'Long' * 80} (dedup {draft.dedup_hash})"
+    _write_reference_spool(tmp_path, reference)
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        (result,) = replay_spool(SpoolTracker(tmp_path), db)
+        assert [r.action for r in result.results] == [FileAction.OPENED]
+        issue = db.issue("1")
+        assert issue is not None and 0 < len(issue["title"]) <= 256
+        assert issue["title"].startswith("[loop][genuine-oom] acme/LongLong")
+    finally:
+        db.close()
+
+
 class SpoolsWhileFiling:
     """A target during whose first filing a run spools another occurrence of the same
     failure into the file being replayed (as `run --tracker spool` may, meanwhile)."""
