@@ -315,6 +315,17 @@ def test_no_log_when_the_substring_is_the_whole_text(engine: Engine, excerpt: st
 MENTIONS = "@alice @org/team cc:@bob-smith (@carol_d) x@dave @\u00e9lise @_x @-y"
 
 
+def test_a_plugins_rule_id_stays_inert_in_the_body(engine: Engine) -> None:
+    """A plugin's matcher names its rule as it likes; in the body it stays one code span."""
+    import dataclasses
+
+    bundle, verdict = classified(engine)
+    verdict = dataclasses.replace(verdict, matched_rule="acme` @maintainers <img src=x> `\nrule")
+    draft = draft_issue(bundle, verdict)
+    check(bundle, verdict, draft, None)
+    assert "rule `acme @\u200bmaintainers <img src=x>  rule`" in draft.body
+
+
 def test_mentions_are_broken(engine: Engine) -> None:
     bundle, verdict, draft, evidence = render(engine, model=f"acme/{MENTIONS}", arch=f"Llama{MENTIONS}",
                                               excerpt=f"{MENTIONS}\n{OOM} {MENTIONS}")
