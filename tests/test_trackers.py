@@ -943,16 +943,21 @@ def test_an_issue_whose_tuple_block_no_longer_verifies_gets_no_plus_one(tmp_path
         db.close()
 
 
-def test_the_first_tuple_block_of_this_schema_is_the_one_verified(tmp_path: Path, engine: Engine) -> None:
-    """A block of another schema before the tuple block (quoted from elsewhere, say) is
-    not the issue's tuple: the +1 still lands on the issue."""
+@pytest.mark.parametrize("quoted", [
+    json.dumps({"schema": "another/v9", "tuple_ordered": ["something", "else"]}),
+    '{"schema": "club3090-loop-dedup-v1", "tuple_ordered": [cut short',  # no JSON at all
+    json.dumps({"schema": "club3090-loop-dedup-v1", "tuple_ordered": "m bf16 llama"}),  # not a list
+], ids=["other-schema", "undecodable", "not-a-list"])
+def test_the_first_tuple_block_of_this_schema_is_the_one_verified(tmp_path: Path, engine: Engine,
+                                                                  quoted: str) -> None:
+    """A block before the tuple block (quoted from elsewhere, say) that is of another schema,
+    no JSON or no list of values is not the issue's tuple (§5.6): the +1 still lands on the issue."""
     first = drafted(engine, utc_ts="20260801T000000Z")
     second = drafted(engine, utc_ts="20260802T000000Z")
     db = SqliteTracker(tmp_path / "t.sqlite")
     try:
         opened = db.file(*first)
         (body,) = db.db.execute("SELECT body FROM issues WHERE id = ?", (opened.issue,)).fetchone()
-        quoted = json.dumps({"schema": "another/v9", "tuple_ordered": ["something", "else"]})
         db.db.execute("UPDATE issues SET body = ? WHERE id = ?",
                       (f"Quoted:\n\n```json\n{quoted}\n```\n\n{body}", opened.issue))
         again = db.file(*second)
