@@ -287,6 +287,21 @@ def test_a_log_over_its_size_keeps_the_final_error_and_drops_the_oldest_lines(en
     assert heading == f"**Log up to the final error (scrubbed; lines {32 - len(lines)}-31 of 32):**"
 
 
+def test_the_log_heading_numbers_the_lines_of_the_text(engine: Engine) -> None:
+    # Blank lines the log starts with are left out, and counted; a final error line logged
+    # twice is its last occurrence, the one the final error names.
+    failed = "loader: the shard load failed"
+    excerpt = ("\n\nINFO loading " + "z" * 250 + f"\n{failed}\n" + "".join(f"INFO retry {i}\n" for i in range(5))
+               + f"{failed}\nINFO bye\n")
+    bundle, verdict, draft, evidence = render(engine, excerpt=excerpt)
+    check(bundle, verdict, draft, evidence)
+    log = _log_excerpt(bundle, verdict.error_substring)
+    assert log is not None
+    heading, text = log
+    assert heading == "**Log up to the final error (scrubbed; lines 3-10 of 11):**"
+    assert text.split("\n")[0].startswith("INFO loading zz") and text.split("\n")[-1] == failed
+
+
 def test_no_log_when_the_final_error_is_the_first_line(engine: Engine) -> None:
     # A one-line log would only repeat what the error substring and the evidence show.
     excerpt = "weights: loading the shards failed " + "x" * 300 + "\nINFO cleaning up\nINFO bye\n"
