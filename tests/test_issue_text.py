@@ -327,6 +327,16 @@ def test_no_log_when_the_substring_is_the_whole_text(engine: Engine, excerpt: st
     assert "**Log up to" not in draft.body
 
 
+def test_only_a_comment_with_the_plus_one_marker_counts_a_submission(engine: Engine) -> None:
+    """A comment that quotes a +1's JSON without its marker (a maintainer discussing it) is no
+    +1: read as one, the submission it names would be taken as counted and its +1 lost."""
+    bundle, _verdict, draft, _evidence = render(engine)
+    comment = plus_one_comment(draft, occurrence_of(bundle))
+    assert plus_one_submission(comment) == occurrence_of(bundle).submission
+    quoted = "Is this the same failure as this one?\n\n" + comment.replace(PLUSONE_MARKER, "")
+    assert plus_one_submission(quoted) is None
+
+
 MENTIONS = "@alice @org/team cc:@bob-smith (@carol_d) x@dave @\u00e9lise @_x @-y"
 
 
