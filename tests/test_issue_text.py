@@ -23,6 +23,7 @@ from loop_core import Bundle, Classification, Engine
 from loop_core.dedup import (
     BODY_LIMIT,
     LOG_CHARS,
+    LOG_LINE_CHARS,
     LOG_LINES,
     PLUSONE_MARKER,
     SCHEMA,
@@ -300,6 +301,18 @@ def test_the_log_heading_numbers_the_lines_of_the_text(engine: Engine) -> None:
     heading, text = log
     assert heading == "**Log up to the final error (scrubbed; lines 3-10 of 11):**"
     assert text.split("\n")[0].startswith("INFO loading zz") and text.split("\n")[-1] == failed
+
+
+def test_a_long_log_line_is_cut_and_marked(engine: Engine) -> None:
+    failed = "loader: the shard load failed"
+    excerpt = "INFO loading " + "z" * 250 + "\nINFO shapes " + "q" * 1500 + f"\n{failed}\nINFO bye\n"
+    bundle, verdict, draft, evidence = render(engine, excerpt=excerpt)
+    check(bundle, verdict, draft, evidence)
+    log = _log_excerpt(bundle, verdict.error_substring)
+    assert log is not None
+    lines = log[1].split("\n")
+    assert lines[1] == "INFO shapes " + "q" * (LOG_LINE_CHARS - len("INFO shapes ")) + "\u2026"
+    assert lines[0] == "INFO loading " + "z" * 250 and lines[2] == failed
 
 
 def test_no_log_when_the_final_error_is_the_first_line(engine: Engine) -> None:
