@@ -599,6 +599,15 @@ def test_credential_variables_are_scrubbed(line: str) -> None:
         assert KEY not in scrub_secrets(text).lower(), text
 
 
+@pytest.mark.parametrize("line", ["refused hf_{} at 12:00", "{}", "401 for hf_{}."])
+def test_a_bare_hugging_face_token_of_30_characters_is_scrubbed(line: str) -> None:
+    # The producer's own rule (§1.3): "hf_" and 30 or more letters and digits, named or not.
+    token = "Ab1" * 10
+    text = line.format(token) if line != "{}" else f"hf_{token}"
+    assert token.lower() not in scrub_secrets(text).lower() and "hf_<REDACTED>" in scrub_secrets(text)
+    assert scrub_secrets(text.replace(token, token[:-1])) == text.replace(token, token[:-1])  # 29: a name
+
+
 # An engine's config dump: names ending in "key", "pass" or "tokens" with values that
 # are no secret, which issues must keep as they are.
 CONFIG_LINES = [
