@@ -212,6 +212,9 @@ def test_plain_issue(engine: Engine) -> None:
     assert verdict.failure_class.value == "genuine-oom"
     check(bundle, verdict, draft, evidence)
     assert draft.title == f"[loop][genuine-oom] acme/Model-7B (dedup {draft.dedup_hash})"
+    # The fields line names the tuple's fields in the order tuple_ordered lists their values.
+    assert ("\n**Dedup tuple:** model_id, quant_label, arch_family, kv_calc_version, engine_version, "
+            "failure_class, topology_class\n") in draft.body
 
 
 def test_the_body_and_the_comment_carry_the_references_markers(engine: Engine) -> None:
