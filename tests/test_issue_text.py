@@ -433,6 +433,19 @@ def test_a_100_kb_excerpt_is_cut_to_the_limits(engine: Engine) -> None:
     assert len(draft.body) > BODY_LIMIT - 1000  # the evidence was cut, not dropped
 
 
+@pytest.mark.parametrize("kind", ["hf", "email", "aws_secret"])
+def test_a_secret_in_evidence_cut_to_size_is_scrubbed(engine: Engine, kind: str) -> None:
+    # The evidence is scrubbed whether it fits or is cut: a final error line too long for
+    # the body holds a secret at its start.
+    secret = SECRETS[kind]
+    final = "RuntimeError: " + CONTEXT[kind].format(secret) + " " + "frame " * 20_000
+    bundle, verdict, draft, evidence = render(engine, excerpt=f"{OOM}\n{final}")
+    assert secret in evidence and len(evidence) > BODY_LIMIT
+    check(bundle, verdict, draft, evidence)
+    assert draft.body.endswith("_(evidence cut to fit the issue size limit)_")
+    assert_no_secret(bundle, draft, secret)
+
+
 def test_many_backticks_in_a_huge_excerpt_keep_the_fence_closed(engine: Engine) -> None:
     bundle, verdict, draft, evidence = render(engine, excerpt=f"{OOM}\nValueError: " + "`" * 70_000)
     check(bundle, verdict, draft, evidence)
