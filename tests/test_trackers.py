@@ -923,12 +923,15 @@ def _edit_body(db: SqliteTracker, issue: int, edit: Any) -> None:
     pytest.param(lambda b: {**b, "tuple_ordered": b["tuple_ordered"][:-1]}, id="a-value-short"),
     pytest.param(lambda b: {**b, "tuple_ordered": [*b["tuple_ordered"], "extra"]}, id="a-value-more"),
     pytest.param(lambda b: {**b, "schema": "another/v9"}, id="another-schema"),
+    pytest.param(lambda b: {**b, "tuple_ordered": [b["tuple_ordered"][0].lower(), *b["tuple_ordered"][1:]]},
+                 id="a-value-in-another-case"),
 ])
 def test_an_issue_whose_tuple_block_no_longer_verifies_gets_no_plus_one(tmp_path: Path, engine: Engine,
                                                                         edit: Any) -> None:
     """A +1 is only counted on an issue whose body holds the key's seven values in a block
-    of this schema: a shorter or longer tuple, or a block of another schema, is some other
-    failure's text, and the next capture opens an issue of its own."""
+    of this schema: a shorter or longer tuple, a value in another case (§5.6 compares the
+    text exactly), or a block of another schema, is some other failure's text, and the
+    next capture opens an issue of its own."""
     first = drafted(engine, utc_ts="20260801T000000Z")
     second = drafted(engine, utc_ts="20260802T000000Z")
     db = SqliteTracker(tmp_path / "t.sqlite")
