@@ -446,6 +446,18 @@ def test_a_secret_in_evidence_cut_to_size_is_scrubbed(engine: Engine, kind: str)
     assert_no_secret(bundle, draft, secret)
 
 
+@pytest.mark.parametrize("name", [14_000, 15_000])
+def test_a_log_cut_to_fit_a_long_key_leaves_room_for_the_closing_note(engine: Engine, name: int) -> None:
+    # A model id this long fills most of the body with the tuple block: the log after the
+    # error gets what is left once the closing note has its room, and the draft is made.
+    model = "acme/" + "M" * name
+    excerpt = "".join(f"INFO shard {i} " + "y" * 300 + "\n" for i in range(30)) + "loader: the shard load failed\n"
+    bundle, verdict, draft, evidence = render(engine, model=model, excerpt=excerpt)
+    check(bundle, verdict, draft, evidence)
+    assert "**Log up to the final error" in draft.body
+    assert draft.body.endswith("_(evidence cut to fit the issue size limit)_")
+
+
 def test_many_backticks_in_a_huge_excerpt_keep_the_fence_closed(engine: Engine) -> None:
     bundle, verdict, draft, evidence = render(engine, excerpt=f"{OOM}\nValueError: " + "`" * 70_000)
     check(bundle, verdict, draft, evidence)
