@@ -351,6 +351,8 @@ def test_only_a_comment_with_the_plus_one_marker_counts_a_submission(engine: Eng
     assert plus_one_submission(comment) == occurrence_of(bundle).submission
     quoted = "Is this the same failure as this one?\n\n" + comment.replace(PLUSONE_MARKER, "")
     assert plus_one_submission(quoted) is None
+    # Nor is a comment with the marker whose JSON is of another kind.
+    assert plus_one_submission(comment.replace('"kind": "dedup-plusone"', '"kind": "note"')) is None
 
 
 MENTIONS = "@alice @org/team cc:@bob-smith (@carol_d) x@dave @\u00e9lise @_x @-y"
