@@ -6,15 +6,30 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loop_core import DedupKey, Engine, TrackerError
-from loop_core.dedup import TUPLE_MARKER, IssueDraft, Occurrence, draft_issue, occurrence_of, parse_body_tuple
+from loop_core.dedup import (
+    TUPLE_MARKER,
+    IssueDraft,
+    Occurrence,
+    draft_issue,
+    occurrence_of,
+    parse_body_tuple,
+)
 from loop_core.testing import make_bundle, write_bundle
-from loop_core.trackers import FileAction, FileResult, SpoolTracker, SqliteTracker, replay_spool
+from loop_core.trackers import (
+    FileAction,
+    FileResult,
+    SpoolTracker,
+    SqliteTracker,
+    replay_spool,
+)
 
 from .captures import copy_examples
 
@@ -80,26 +95,31 @@ def test_a_file_another_replay_drained_meanwhile_counts_as_drained(tmp_path: Pat
     assert [i["occurrences"] for i in db.issues()] == [2]
 
 
+@contextmanager
+def replayed_reference(tmp_path: Path, payload: dict[str, Any]) -> Iterator[tuple[SqliteTracker, dict[str, Any]]]:
+    """Write *payload* as the reference's spool writes it, replay it into a fresh SQLite
+    tracker, and give that tracker with the one issue the replay opened."""
+    target = tmp_path / "_dedup-queue" / f"{payload['dedup_hash']}.json"
+    target.parent.mkdir()
+    target.write_text(json.dumps(payload, indent=2, sort_keys=True))
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        (result,) = replay_spool(SpoolTracker(tmp_path), db)
+        assert [r.action for r in result.results] == [FileAction.OPENED] and result.drained
+        issue = db.issue("1")
+        assert issue is not None
+        yield db, issue
+    finally:
+        db.close()
+
+
 def test_replay_of_a_reference_spool_file(tmp_path: Path, engine: Engine) -> None:
     draft, _ = drafted(engine)
     reference = draft.spool_payload()  # the reference writes no occurrence list
     reference["body"] = reference["body"].replace("## Loop", "cc @maintainer ## Loop")
-    target = tmp_path / "_dedup-queue" / f"{draft.dedup_hash}.json"
-    target.parent.mkdir()
-    target.write_text(json.dumps(reference, indent=2, sort_keys=True))
-    db = SqliteTracker(tmp_path / "t.sqlite")
-    (result,) = replay_spool(SpoolTracker(tmp_path), db)
-    assert [r.action for r in result.results] == [FileAction.OPENED] and result.drained
-    issue = db.issue("1")
-    assert issue is not None
-    assert "@maintainer" not in issue["body"]  # re-sanitized outside the tuple block
-    assert TUPLE_MARKER in issue["body"] and parse_body_tuple(issue["body"]) == list(draft.key)
-
-
-def _write_reference_spool(tmp_path: Path, payload: dict[str, Any]) -> None:
-    target = tmp_path / "_dedup-queue" / f"{payload['dedup_hash']}.json"
-    target.parent.mkdir()
-    target.write_text(json.dumps(payload, indent=2, sort_keys=True))
+    with replayed_reference(tmp_path, reference) as (_db, issue):
+        assert "@maintainer" not in issue["body"]  # re-sanitized outside the tuple block
+        assert TUPLE_MARKER in issue["body"] and parse_body_tuple(issue["body"]) == list(draft.key)
 
 
 def test_a_reference_spool_files_tuple_block_is_replayed_byte_exact(tmp_path: Path, engine: Engine) -> None:
@@ -113,18 +133,11 @@ def test_a_reference_spool_files_tuple_block_is_replayed_byte_exact(tmp_path: Pa
     assert '"acme/@team-7B"' in block
     reference = draft.spool_payload()
     reference["body"] += "\n\ncc @maintainer"  # the reference published whatever it was given
-    _write_reference_spool(tmp_path, reference)
-    db = SqliteTracker(tmp_path / "t.sqlite")
-    try:
-        (result,) = replay_spool(SpoolTracker(tmp_path), db)
-        assert [r.action for r in result.results] == [FileAction.OPENED]
-        issue = db.issue("1")
-        assert issue is not None and block in issue["body"]
+    with replayed_reference(tmp_path, reference) as (db, issue):
+        assert block in issue["body"]
         assert "@maintainer" not in issue["body"]  # sanitized after the block as before it
         again = db.file(*drafted(engine, model=model, model_id=model, slug=model, utc_ts="20260802T000000Z"))
         assert (again.action, again.issue) == (FileAction.PLUS_ONE, 1)
-    finally:
-        db.close()
 
 
 def test_a_reference_spool_files_long_title_is_cut_to_githubs_limit(tmp_path: Path, engine: Engine) -> None:
@@ -132,16 +145,9 @@ def test_a_reference_spool_files_long_title_is_cut_to_githubs_limit(tmp_path: Pa
     draft, _ = drafted(engine)
     reference = draft.spool_payload()
     reference["title"] = f"[loop][genuine-oom] acme/{'Long' * 80} (dedup {draft.dedup_hash})"
-    _write_reference_spool(tmp_path, reference)
-    db = SqliteTracker(tmp_path / "t.sqlite")
-    try:
-        (result,) = replay_spool(SpoolTracker(tmp_path), db)
-        assert [r.action for r in result.results] == [FileAction.OPENED]
-        issue = db.issue("1")
-        assert issue is not None and 0 < len(issue["title"]) <= 256
+    with replayed_reference(tmp_path, reference) as (_db, issue):
+        assert 0 < len(issue["title"]) <= 256
         assert issue["title"].startswith("[loop][genuine-oom] acme/LongLong")
-    finally:
-        db.close()
 
 
 class SpoolsWhileFiling:
