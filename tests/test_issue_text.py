@@ -119,6 +119,15 @@ def render(engine: Engine, **kw: Any) -> tuple[Bundle, Classification, IssueDraf
     return bundle, verdict, draft, evidence
 
 
+def rendered_log(engine: Engine, excerpt: str) -> tuple[str, str]:
+    """The heading and text of the log section of a checked draft for a capture with *excerpt*."""
+    bundle, verdict, draft, evidence = render(engine, excerpt=excerpt)
+    check(bundle, verdict, draft, evidence)
+    log = _log_excerpt(bundle, verdict.error_substring)
+    assert log is not None
+    return log
+
+
 def hooked_evidence(bundle: Bundle, verdict: Classification) -> str | None:
     final = View(bundle).signal("final_error")
     return final if final and final.lower() not in verdict.error_substring else None
@@ -264,11 +273,7 @@ def test_the_log_ends_at_the_final_error_and_is_bounded(engine: Engine) -> None:
     excerpt = (noise + "llama_model_load: reading /home/alice/models/x.gguf\n"
                "llama_model_load: error loading model: token=hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567 is refused\n"
                + tail + "x" * 5000 + "\n")
-    bundle, verdict, draft, evidence = render(engine, excerpt=excerpt)
-    check(bundle, verdict, draft, evidence)
-    log = _log_excerpt(bundle, verdict.error_substring)
-    assert log is not None
-    heading, text = log
+    heading, text = rendered_log(engine, excerpt)
     assert heading == "**Log up to the final error (scrubbed; lines 263-302 of 353):**"
     lines = text.split("\n")
     assert len(lines) == LOG_LINES and len(text) <= LOG_CHARS
@@ -280,11 +285,7 @@ def test_the_log_ends_at_the_final_error_and_is_bounded(engine: Engine) -> None:
 def test_a_log_over_its_size_keeps_the_final_error_and_drops_the_oldest_lines(engine: Engine) -> None:
     padding = "".join(f"INFO shard {i:02d} " + "y" * 400 + "\n" for i in range(30))
     final = "llama_model_load: the tensor layout could not be read, load failed"
-    bundle, verdict, draft, evidence = render(engine, excerpt=padding + final + "\nINFO exiting\n")
-    check(bundle, verdict, draft, evidence)
-    log = _log_excerpt(bundle, verdict.error_substring)
-    assert log is not None
-    heading, text = log
+    heading, text = rendered_log(engine, padding + final + "\nINFO exiting\n")
     lines = text.split("\n")
     assert lines[-1] == final and len(text) <= LOG_CHARS
     assert lines[0].startswith("INFO shard ") and "INFO shard 00 " not in text
@@ -297,11 +298,7 @@ def test_the_log_heading_numbers_the_lines_of_the_text(engine: Engine) -> None:
     failed = "loader: the shard load failed"
     excerpt = ("\n\nINFO loading " + "z" * 250 + f"\n{failed}\n" + "".join(f"INFO retry {i}\n" for i in range(5))
                + f"{failed}\nINFO bye\n")
-    bundle, verdict, draft, evidence = render(engine, excerpt=excerpt)
-    check(bundle, verdict, draft, evidence)
-    log = _log_excerpt(bundle, verdict.error_substring)
-    assert log is not None
-    heading, text = log
+    heading, text = rendered_log(engine, excerpt)
     assert heading == "**Log up to the final error (scrubbed; lines 3-10 of 11):**"
     assert text.split("\n")[0].startswith("INFO loading zz") and text.split("\n")[-1] == failed
 
@@ -309,11 +306,8 @@ def test_the_log_heading_numbers_the_lines_of_the_text(engine: Engine) -> None:
 def test_a_long_log_line_is_cut_and_marked(engine: Engine) -> None:
     failed = "loader: the shard load failed"
     excerpt = "INFO loading " + "z" * 250 + "\nINFO shapes " + "q" * 1500 + f"\n{failed}\nINFO bye\n"
-    bundle, verdict, draft, evidence = render(engine, excerpt=excerpt)
-    check(bundle, verdict, draft, evidence)
-    log = _log_excerpt(bundle, verdict.error_substring)
-    assert log is not None
-    lines = log[1].split("\n")
+    _heading, text = rendered_log(engine, excerpt)
+    lines = text.split("\n")
     assert lines[1] == "INFO shapes " + "q" * (LOG_LINE_CHARS - len("INFO shapes ")) + "\u2026"
     assert lines[0] == "INFO loading " + "z" * 250 and lines[2] == failed
 
