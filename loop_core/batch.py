@@ -56,7 +56,9 @@ def discover_bundles(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Path]:
     starts with ``_`` (spools such as ``_dedup-queue``) or ``.`` are skipped.
     A symbolic link to a directory is followed, but a directory reached
     through links is searched only once (a link to an ancestor ends there).
-    A path given explicitly that holds neither is reported as a bundle.
+    A path given explicitly that holds no bundle at any depth is reported as a
+    bundle (the reader then says it is not one), so a wrong path does not pass
+    as an empty corpus.
     Paths that overlap (a folder and a bundle inside it, one folder twice)
     yield each bundle once, where it is first found.
     """
@@ -111,6 +113,7 @@ def _walk(tops: list[str]) -> Iterator[str]:
         # is the same folder however it is reached): a cycle ends, nothing comes twice.
         through_links: set[str] = set()
         stack = [(path, False) for path in reversed(subdirs)]
+        found = False
         while stack:
             current, linked = stack.pop()
             if linked or current in links:
@@ -119,10 +122,13 @@ def _walk(tops: list[str]) -> Iterator[str]:
                 linked = True
             is_bundle, subdirs, more = _is_bundle_dir(current)
             if is_bundle:
+                found = True
                 yield current
             else:
                 links |= more
                 stack.extend((path, linked) for path in reversed(subdirs))
+        if not found:  # folders, but no bundle in any of them: a wrong path, as an empty one is
+            yield top
 
 
 def _first_visit(path: str, top: str, seen: set[str]) -> bool:

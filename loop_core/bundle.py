@@ -212,6 +212,8 @@ def read_bundle(path: str | os.PathLike[str], *, limits: ReadLimits | None = Non
 
     manifest = files.read(MANIFEST)
     if manifest is None:
+        if not files.listing:  # not a broken bundle: no bundle at all
+            raise BundleError(f"{root}: not a capture bundle: no {MANIFEST} or other bundle file in it", path=root)
         raise BundleError(f"{root / MANIFEST}: missing", path=root)
     if manifest.get("schema") == 2:
         return _read_gate(files, manifest)
@@ -317,23 +319,27 @@ def _refuse_special_entries(root: Path) -> dict[str, bool]:
     """Refuse symlinks, FIFOs, devices and sockets anywhere at the bundle's top level.
 
     Returns the bundle files present (:data:`BUNDLE_FILES`), each mapped to
-    whether it is a directory.
+    whether it is a directory. A directory holding none is no bundle, whatever
+    else it holds: nothing is refused there, and the caller says what it is.
     """
     try:
         entries = list(os.scandir(root))
     except OSError as e:
         raise BundleError(f"{root}: cannot list directory: {e.strerror}", path=root) from e
     present = {}
+    refused = None
     for entry in entries:
+        is_dir = False
         if entry.is_symlink():
-            raise BundleError(f"{entry.path}: is a symlink; bundles hold regular files only", path=root)
-        is_dir = entry.is_dir(follow_symlinks=False)
-        if not (is_dir or entry.is_file(follow_symlinks=False)):
-            raise BundleError(
-                f"{entry.path}: is not a regular file (FIFO, device or socket)", path=root
-            )
+            refused = refused or f"{entry.path}: is a symlink; bundles hold regular files only"
+        else:
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if not (is_dir or entry.is_file(follow_symlinks=False)):
+                refused = refused or f"{entry.path}: is not a regular file (FIFO, device or socket)"
         if entry.name in _BUNDLE_FILE_SET:
             present[entry.name] = is_dir
+    if refused and present:
+        raise BundleError(refused, path=root)
     return present
 
 

@@ -358,6 +358,26 @@ def test_file_instead_of_directory(tmp_path: Path) -> None:
         read_bundle(path)
 
 
+def test_a_folder_with_no_bundle_file_is_named_no_bundle(tmp_path: Path) -> None:
+    """Not "manifest.json: missing", which sent the user looking for a lost file, nor a
+    refusal of what else the folder holds (a link, a socket), which is no bundle's."""
+    folder = tmp_path / "downloads"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "notes.json").write_text("{}")
+    (folder / "latest").symlink_to(folder / "sub")
+    with pytest.raises(BundleError, match=r"downloads: not a capture bundle: no manifest\.json or other "
+                                          r"bundle file in it$") as info:
+        read_bundle(folder)
+    assert info.value.path == folder
+    # One bundle file makes it a broken bundle, and the link in it is refused as before.
+    (folder / "pt1-gate.json").write_text("{}")
+    with pytest.raises(BundleError, match=r"latest: is a symlink"):
+        read_bundle(folder)
+    (folder / "latest").unlink()
+    with pytest.raises(BundleError, match=r"downloads/manifest\.json: missing$"):
+        read_bundle(folder)
+
+
 @pytest.mark.parametrize("doc", ["manifest", "pt1", "pt2", "pt3", "pt4"])
 def test_missing_file(write: Any, doc: str) -> None:
     """Groups 9, 10."""

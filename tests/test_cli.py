@@ -105,6 +105,17 @@ def test_classify_table_and_unreadable_bundle(tmp_path: Path, bundle_dir) -> Non
     assert "2 bundle(s): genuine-oom 1; 1 unreadable" in result.output
 
 
+def test_classify_of_a_folder_holding_no_bundle_fails_and_says_so(tmp_path: Path) -> None:
+    """A folder of empty folders (a mistyped path, a tree not yet synced) read
+    "0 bundle(s): none classified" and exited 0, as a clean empty corpus does."""
+    top = tmp_path / "captures"
+    (top / "acme-7b" / "20260801T000000Z").mkdir(parents=True)
+    result = invoke("classify", str(top))
+    assert result.exit_code == 1
+    assert f"{top}: not a capture bundle: no manifest.json or other bundle file in it" in result.output
+    assert "1 bundle(s): 1 unreadable" in result.output
+
+
 def test_the_table_shows_a_dash_where_no_rule_decided(bundle_dir) -> None:  # type: ignore[no-untyped-def]
     """An unknown failure that no matcher decided showed Python's "None" as its rule."""
     path = bundle_dir("RuntimeError: something nobody has seen before", name="odd")

@@ -41,6 +41,19 @@ def test_a_path_given_that_is_no_bundle_is_reported_as_one(tmp_path: Path) -> No
     assert list(discover_bundles([tmp_path / "nothing", missing])) == [tmp_path / "nothing", missing]
 
 
+def test_a_path_given_whose_folders_hold_no_bundle_is_reported_as_one(tmp_path: Path) -> None:
+    """Only an empty folder was: one of empty folders (a mistyped download folder, a
+    tree not yet synced) passed as an empty corpus, "0 bundle(s)" and a clean exit."""
+    top = tmp_path / "downloads"
+    (top / "a" / "b").mkdir(parents=True)
+    (top / "a" / "notes.txt").write_text("not a bundle")
+    (top / "_loop").mkdir()
+    assert list(discover_bundles([top])) == [top]
+    # A folder that holds a bundle somewhere is searched as before, and not reported itself.
+    inner = _bundle(top / "a" / "b" / "run")
+    assert list(discover_bundles([top])) == [inner]
+
+
 def test_the_string_paths_are_what_the_path_objects_show(tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     _bundle(tmp_path / "a-model" / "20260101T000000Z")
