@@ -230,11 +230,14 @@ def fakes_gone(tmp_path: Path) -> bool:
     import signal
     import time
 
+    fake = os.fsencode(tmp_path / "bin" / "gh")
+
     def alive() -> list[str]:
         out = []
         for entry in Path("/proc").iterdir():
             with contextlib.suppress(OSError):
-                if entry.name.isdigit() and str(tmp_path / "bin" / "gh") in (entry / "cmdline").read_text():
+                # Bytes: another process's command line may be no UTF-8 (a test's odd file name).
+                if entry.name.isdigit() and fake in (entry / "cmdline").read_bytes():
                     out.append(entry.name)
         return out
 
