@@ -27,6 +27,8 @@ from loop_core.selftest import probe_regexes, run_examples
 from loop_core.testing import make_bundle, write_bundle
 from loop_core.view import SIGNALS
 
+from .captures import copy_examples
+
 try:
     import jsonschema
 except ImportError:  # optional: the schema part of a check is skipped without it
@@ -280,6 +282,70 @@ def test_the_browsing_outputs_shown_are_those_of_the_example_captures(tmp_path: 
         printed = runner.invoke(cli, command.split()).output
         for where, output in shown:
             assert output == printed, where
+
+
+def _console_steps(text: str) -> Iterator[tuple[str, str, list[str]]]:
+    """The ``$ command`` lines of a page's console blocks, each with the lines shown under it,
+    and the rule files it writes (a yaml block opening with ``# rules.d/NAME.yml``), in order."""
+    blocks = re.finditer(r"^```(?P<kind>console|yaml)\n(?P<body>.*?)^```", text, re.DOTALL | re.MULTILINE)
+    for block in blocks:
+        if block["kind"] == "yaml":
+            first = block["body"].split("\n", 1)[0]
+            if first.startswith("# rules.d/"):
+                yield "write", first[2:], [block["body"]]
+            continue
+        for step in re.split(r"^(?=\$ )", block["body"], flags=re.MULTILINE):
+            if step.startswith("$ "):
+                command, *shown = step[2:].splitlines()
+                yield "run", command, shown
+
+
+def _same_line(shown: str, printed: str, mask: str = r"\d{4}-\d{2}-\d{2}") -> bool:
+    """A line the docs show is the printed one; ``...`` stands for what differs from
+    machine to machine (where the package is installed), and what ``mask`` finds (the
+    day a line was learned) for what differs from day to day."""
+    shown, printed = (re.sub(mask, "~", line) for line in (shown, printed))
+    return re.fullmatch(".*".join(map(re.escape, shown.split("..."))), printed) is not None
+
+
+def test_the_workflow_walkthrough_prints_what_it_shows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """workflow.md showed a diff with `None` for "no rule" and the test count of a pack
+    that has grown since: a maintainer following it step by step met other output and
+    could not tell whether their copy of the pack was at fault."""
+    import shlex
+    import shutil
+
+    from loop_core.engine import rule_packs
+
+    scratch = tmp_path / "scratch"
+    copy_examples(scratch / "pull-captures")
+    shutil.copytree(ROOT / "rules.d", scratch / "rules.d")
+    monkeypatch.chdir(scratch)
+    installed = rule_packs(loop_core.make_plugin_manager(entry_points=False))["default"].path
+    ran = []
+    for kind, command, shown in _console_steps((DOCS / "workflow.md").read_text(encoding="utf-8")):
+        if kind == "write":
+            (scratch / command).write_text(shown[0], encoding="utf-8")
+            continue
+        command, *pipes = (part.strip() for part in command.split(" | "))
+        argv = shlex.split(command)
+        if argv[0] == "cat":
+            printed = (scratch / argv[1]).read_text(encoding="utf-8").splitlines()
+        else:
+            printed = CliRunner().invoke(cli, argv[1:]).output.splitlines()
+            # The page shows a plain install's `default`; an editable one's is the checkout's rules.d.
+            printed = [line.replace(str(installed), "/site-packages/loop_rules/packs/default") for line in printed]
+        for pipe in pipes:
+            tool, *args = shlex.split(pipe)
+            assert (tool, args[0]) in {("tail", "-1"), ("grep", "-E")}, pipe
+            printed = printed[-1:] if tool == "tail" else [line for line in printed if re.search(args[1], line)]
+        # The pack with a learned line is another pack each day: "yours will differ".
+        mask = r"rules_version \w+|\d{4}-\d{2}-\d{2}" if "--rules rules.d" in command else r"\d{4}-\d{2}-\d{2}"
+        assert len(printed) == len(shown), (command, printed)
+        for want, got in zip(shown, printed):
+            assert _same_line(want, got, mask), (command, want, got)
+        ran.append(argv[1] if argv[0] == "loop-rules" else argv[0])
+    assert ran == ["run", "review", "explain", "learn", "cat", "check", "test", "diff", "run", "report"]
 
 
 def test_the_check_and_test_outputs_shown_are_those_of_the_sample_packs(monkeypatch: pytest.MonkeyPatch) -> None:
