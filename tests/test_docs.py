@@ -366,6 +366,19 @@ def test_the_check_and_test_outputs_shown_are_those_of_the_sample_packs(monkeypa
         assert all(line in printed for line in output.splitlines() if line != "..."), where
 
 
+def test_every_rule_place_shown_names_its_line() -> None:
+    """A message about a rule names its file, index, id and the line it is about; four
+    shown in the docs had no line, so a reader took the format for one without it (and
+    a script for the messages, written from the docs, did not parse the real ones)."""
+    places = []
+    for doc in sorted(DOCS.glob("*.md")):
+        text = doc.read_text(encoding="utf-8")
+        for m in re.finditer(r"\.ya?ml\[\d+\] [\w.-]+(?P<line> \(line \d+\))?:", text):
+            places.append((f"{doc.name}:{text.count(chr(10), 0, m.start()) + 1}", m["line"]))
+    assert len(places) > 10
+    assert [where for where, line in places if not line] == []
+
+
 def test_the_plugins_sample_is_the_output_with_the_builtins(monkeypatch: pytest.MonkeyPatch) -> None:
     """It left out two of the seven built-in plugins."""
     monkeypatch.setenv("LOOP_RULES_DISABLE_PLUGIN_AUTOLOAD", "1")
