@@ -786,11 +786,18 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
         loop-rules learn --review f928faa9d075 --captures examples/pull-captures --as overlay-arch-drift
     """
     from .engine import Engine, condition_kinds
+    from .maintain import check_class, waiting_fingerprint
     from .maintain import learn as learn_fingerprint
-    from .maintain import waiting_fingerprint
     from .plugins import make_plugin_manager
     from .trackers import ReviewQueue
 
+    # What was asked is checked before where to write it, so a mistyped command is told
+    # what it lacks first, wherever it runs.
+    if review_hash and (bundle is not None or captures is None):
+        raise LoopClickError("--review HASH needs --captures DIR and no BUNDLE")
+    if not review_hash and bundle is None:
+        raise LoopClickError("give a BUNDLE or --review HASH --captures DIR")
+    check_class(as_class)
     if not rules_dir.is_dir():
         raise LoopClickError(f"--rules {_shown(rules_dir)}: no such pack directory (learn edits a pack's files: give "
                              "the directory of the pack to teach, such as a copy of rules.d, not a pack name)")
@@ -805,12 +812,12 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
     queue = None
     if review_hash:
         review_hash = review_hash.strip().lower()  # as `tracker show` takes a hash: in either case
-        if bundle is not None or captures is None:
-            raise LoopClickError("--review HASH needs --captures DIR and no BUNDLE")
+        assert captures is not None  # checked above
         queue = ReviewQueue(captures)
         fingerprint, substring = waiting_fingerprint(queue, review_hash, pack_to_edit())
         what, origin = f"review-queue entry {review_hash}", f"review {review_hash}"
-    elif bundle is not None:
+    else:
+        assert bundle is not None  # checked above
         read = _read_one_bundle(bundle)
         ctx = pack_to_edit().context(read)
         fingerprint, substring = ctx.fingerprint, ctx.error_substring
@@ -824,8 +831,6 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
             doc = queue.entry(review_hash)  # a damaged entry stops learn before the table changes
             if doc is not None:
                 occurrence_list(doc, queue.directory / f"{review_hash}.json")
-    else:
-        raise LoopClickError("give a BUNDLE or --review HASH --captures DIR")
     if not substring.strip():
         # The fingerprint hashes the error text with the architecture and engine: without
         # text it would stand for every such failure (every gate refusal) of that pair.

@@ -48,6 +48,12 @@ def review_fingerprint(item: dict[str, Any]) -> str:
     return tier2_fingerprint(str(item.get("error_substring") or ""), ordered[2], ordered[4])
 
 
+def check_class(failure_class: str) -> None:
+    """:raises LoopError: ``failure_class`` (learn's ``--as``) is not one of the six."""
+    if failure_class not in _CLASSES:
+        raise LoopError(f"--as {failure_class!r}: not one of the six classes ({', '.join(_CLASSES)})")
+
+
 def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, note: str = "") -> bool:
     """Append ``fingerprint -> class`` to the pack's exact table (``exact.yml``).
 
@@ -58,8 +64,7 @@ def learn(pack_dir: Path, fingerprint: str, failure_class: str, kinds: Any, *, n
     :returns: False when the entry was already there with the same class.
     :raises LoopError: an unknown class, a bad fingerprint, or a conflicting entry.
     """
-    if failure_class not in _CLASSES:
-        raise LoopError(f"--as {failure_class!r}: not one of the six classes ({', '.join(_CLASSES)})")
+    check_class(failure_class)
     if not _FINGERPRINT.match(fingerprint):
         raise LoopError(f"{fingerprint!r}: not a 12-hex-digit fingerprint")
     pack_dir = Path(pack_dir)

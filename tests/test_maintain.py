@@ -342,6 +342,24 @@ def test_learn_refuses_a_review_hash_given_with_a_bundle_too(pack: Path, tmp_pat
     assert {p.name: p.read_text() for p in pack.glob("*.yml")} == before
 
 
+@pytest.mark.parametrize("args,error", [
+    (["--review", "f928faa9d075"], "--review HASH needs --captures DIR and no BUNDLE"),
+    ([], "give a BUNDLE or --review HASH --captures DIR"),
+    (["BUNDLE", "--as", "oom"], ("--as 'oom': not one of the six classes (genuine-oom, overlay-arch-drift, "
+                                 "kernel-unsupported, quant-unsupported, benign-cold-start, unknown)")),
+])
+def test_learn_says_what_the_command_lacks_before_where_it_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 args: list[str], error: str) -> None:
+    """Run where there is no rules.d (after a plain install, say), a learn missing its
+    --captures, its BUNDLE or a valid --as was told only that rules.d is missing; with
+    that fixed, it was then told what it had lacked from the start."""
+    bundle_path = write_bundle(tmp_path / "b", make_bundle(NOVEL))
+    monkeypatch.chdir(tmp_path)
+    args = [str(bundle_path) if arg == "BUNDLE" else arg for arg in args]
+    result = invoke("learn", "--as", "unknown", *args)
+    assert (result.exit_code, result.output) == (2, f"Error: {error}\n")
+
+
 def test_learn_refuses_a_failure_without_error_text(pack: Path, tmp_path: Path) -> None:
     """A gate refusal has no error text: its fingerprint hashes only the architecture
     and engine, so learning it decided every gate refusal of that pair at once."""
