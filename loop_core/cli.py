@@ -745,7 +745,7 @@ def _ratio(value: Any) -> str:
 @cli.command()
 @click.argument("bundle", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--as", "as_class", required=True, metavar="CLASS",
-              help="The class a maintainer decided: one of the six.")
+              help="The class a maintainer decided: one of the six above.")
 @click.option("--rules", "rules_dir", default="rules.d", show_default=True,
               type=click.Path(file_okay=False, path_type=Path),
               help="The pack directory to write to (a directory, not a pack name).")
@@ -767,6 +767,10 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
     Identical means the same first 240 characters of failure text (explain
     shows them as error_substring): for a log excerpt, the start of the
     log, which timestamps make unique; teach such a failure with a rule.
+
+    \b
+    CLASS is one of: genuine-oom, overlay-arch-drift, kernel-unsupported,
+    quant-unsupported, benign-cold-start, unknown.
 
     --rules is a directory, not a pack name. After a plain `pip install`,
     the `default` pack is the copy inside the package, not ./rules.d: give

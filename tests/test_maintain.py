@@ -360,6 +360,16 @@ def test_learn_says_what_the_command_lacks_before_where_it_writes(tmp_path: Path
     assert (result.exit_code, result.output) == (2, f"Error: {error}\n")
 
 
+def test_the_learn_help_names_the_classes_it_takes() -> None:
+    """--as said "one of the six": a maintainer had to get it wrong once to learn the names."""
+    from loop_core.verdict import FailureClass
+
+    shown = invoke("learn", "--help").output
+    taken = re.search(r"CLASS is one of: ([a-z, \n-]+)\.", shown)
+    assert taken, shown
+    assert taken[1].replace(",", " ").split() == [c.value for c in FailureClass]
+
+
 def test_learn_refuses_a_failure_without_error_text(pack: Path, tmp_path: Path) -> None:
     """A gate refusal has no error text: its fingerprint hashes only the architecture
     and engine, so learning it decided every gate refusal of that pair at once."""
