@@ -789,7 +789,7 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
             --captures examples/pull-captures
         loop-rules learn --review f928faa9d075 --captures examples/pull-captures --as overlay-arch-drift
     """
-    from .engine import Engine, condition_kinds
+    from .engine import Engine, condition_kinds, rule_packs
     from .maintain import check_class, waiting_fingerprint
     from .maintain import learn as learn_fingerprint
     from .plugins import make_plugin_manager
@@ -806,12 +806,15 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
         raise LoopClickError(f"--rules {_shown(rules_dir)}: no such pack directory (learn edits a pack's files: give "
                              "the directory of the pack to teach, such as a copy of rules.d, not a pack name)")
     pm = make_plugin_manager()
+    # The folder, even one named as a registered pack (a copy named default): a name
+    # alone loads the registered pack, and Path() drops the ./ that would say otherwise.
+    pack = f"./{rules_dir}" if str(rules_dir) in rule_packs(pm) else str(rules_dir)
 
     def pack_to_edit() -> Any:
         try:
-            return Engine.build(str(rules_dir), pm, allow_empty=True)
+            return Engine.build(pack, pm, allow_empty=True)
         except RuleError as e:  # said as every command says it, and that the table is untouched
-            raise LoopClickError(f"{e}{_more_problems(str(rules_dir))}; nothing was learned") from e
+            raise LoopClickError(f"{e}{_more_problems(pack)}; nothing was learned") from e
 
     queue = None
     if review_hash:
@@ -846,7 +849,7 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
     if queue is not None and review_hash:
         from .maintain import settle_review_entry
 
-        taken, left = settle_review_entry(queue, review_hash, Engine.build(str(rules_dir), pm, allow_empty=True), fingerprint)
+        taken, left = settle_review_entry(queue, review_hash, Engine.build(pack, pm, allow_empty=True), fingerprint)
         if taken and not left:
             settled = "; removed from the review queue"
         elif taken:
@@ -856,23 +859,23 @@ def learn(bundle: Path | None, as_class: str, rules_dir: Path, review_hash: str 
             settled = f"; review-queue entry {review_hash} kept: none of its {left} occurrence(s) is decided by this"
     click.echo(f"{'learned' if added else 'already known'}: {fingerprint} -> {as_class} in "
                f"{_shown(rules_dir / 'exact.yml')}" + settled)
-    note = _registered_elsewhere(rules_dir, pm)
+    note = _registered_elsewhere(pack, pm)
     if note:
         click.echo(f"loop-rules: note: {note}", err=True)
 
 
-def _registered_elsewhere(rules_dir: Path, pm: Any) -> str | None:
+def _registered_elsewhere(pack: str, pm: Any) -> str | None:
     """What to tell someone who edited a copy of a registered pack (``./rules.d`` after
     a plain ``pip install``: its ``pack.yml`` says ``default``) that the pack's name does
     not load: the commands they run next would not see the edit."""
     from .engine import Engine, rule_packs
 
-    name = Engine.build(str(rules_dir), pm, allow_empty=True).pack.name
+    name = Engine.build(pack, pm, allow_empty=True).pack.name
     info = rule_packs(pm).get(name)
-    if info is None or info.path.resolve() == rules_dir.resolve():
+    if info is None or info.path.resolve() == Path(pack).resolve():
         return None
-    return (f"--rules {name} loads {_shown(info.path)}, not {_shown(rules_dir)}: give classify, run and report "
-            f"--rules {_shown(rules_dir)} to use what was learned (without it they decide this failure as before)")
+    return (f"--rules {name} loads {_shown(info.path)}, not {_shown(pack)}: give classify, run and report "
+            f"--rules {_shown(pack)} to use what was learned (without it they decide this failure as before)")
 
 
 @cli.command()

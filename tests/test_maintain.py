@@ -1026,6 +1026,27 @@ def test_learn_into_a_copy_of_a_registered_pack_says_the_name_loads_another(pack
     assert again.exit_code == 0 and again.stderr == "", again.output
 
 
+def test_learn_into_a_folder_named_as_a_registered_pack_settles_with_that_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of the installed pack kept its folder name, default: learn wrote the folder's
+    table, then settled the queue with the registered pack (`--rules ./default` is
+    `default` to Path), so the entry it had just decided was kept, and the note said to
+    give classify and run `--rules default`, the very name that leaves the folder out."""
+    shutil.copytree(ROOT / "rules.d", tmp_path / "default")
+    write_bundle(tmp_path / "captures" / "m" / "20260801T000000Z", make_bundle(NOVEL))
+    monkeypatch.chdir(tmp_path)
+    assert json.loads(invoke("run", "captures", "--format", "json").output)["review_queued"] == 1
+    (entry,) = json.loads(invoke("review", "list", "captures", "--format", "json").output)
+    result = invoke("learn", "--review", entry["dedup_hash"], "--captures", "captures", "--as", "kernel-unsupported",
+                    "--rules", "./default")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.endswith("in default/exact.yml; removed from the review queue\n")
+    assert result.stderr.endswith(": give classify, run and report --rules ./default to use what was learned "
+                                  "(without it they decide this failure as before)\n")
+    row = json.loads(invoke("classify", "--rules", "./default", "captures", "--format", "jsonl").output)
+    assert row["failure_class"] == "kernel-unsupported"
+
+
 def test_learn_refuses_the_copy_of_a_pack_a_python_package_installed(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """After `pip install`, `--rules default` is loop_rules/packs/default in site-packages:
