@@ -106,7 +106,7 @@ def _case(doc: dict[str, Any], path: Path) -> Case:
         if not isinstance(doc[key], str) or not doc[key].strip():
             raise LoopError(f"{path}: {key} must be non-empty text, got {_short(doc[key])}")
     if doc["label"] not in CLASSES:
-        raise LoopError(f"{path}: label {_short(doc['label'])} is not one of the six classes")
+        raise LoopError(f"{path}: label {_short(doc['label'])} is not one of the six classes ({', '.join(CLASSES)})")
     if not isinstance(doc["hard"], bool):
         raise LoopError(f"{path}: hard must be true or false, got {_short(doc['hard'])}")
     if doc["split"] not in CASE_SPLITS:

@@ -558,6 +558,10 @@ CASE = "id: {id}\nengine: vllm\nsource: s\nlabel: genuine-oom\nhard: {hard}\nspl
      "a.yml: source must be text, got ['s']"),
     (CASE.format(id="c1", hard="false", excerpt="x").replace("source: s", "source: s\nactual: 1997").encode(),
      "a.yml: actual must be a mapping of the numbers the producer parsed, got 1997"),
+    # It said "not one of the six classes" and no more, where a bad split lists the three.
+    (CASE.format(id="c1", hard="false", excerpt="x").replace("label: genuine-oom", "label: oom").encode(),
+     ("a.yml: label 'oom' is not one of the six classes (genuine-oom, overlay-arch-drift, kernel-unsupported, "
+      "quant-unsupported, benign-cold-start, unknown)")),
 ])
 def test_eval_refuses_a_bad_case_file_in_one_line_naming_it(tmp_path: Path, content: bytes, message: str) -> None:
     (tmp_path / "a.yml").write_bytes(content)
