@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import io
 import json
 import os
 import signal
@@ -258,32 +259,35 @@ def usable_cpus() -> int:
 MAX_JOBS = 64  # --jobs at most
 
 
-class Jobs(click.ParamType):
-    """``--jobs``: a number of worker processes, or ``auto`` for one per usable CPU."""
+def jobs_count(value: object, param: click.Parameter | None = None, ctx: click.Context | None = None) -> int:
+    """What ``--jobs`` asks for: a number of worker processes, or ``auto`` for one per usable CPU.
 
-    name = "N|auto"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            jobs = value
-        elif str(value).strip().lower() == "auto":
-            return min(usable_cpus(), MAX_JOBS)  # the most --jobs takes, on a machine with more CPUs
-        else:
-            try:
-                jobs = int(str(value).strip())
-            except ValueError:
-                self.fail(f"{value!r} is not a number of processes or 'auto'", param, ctx)
-        if jobs < 1:
-            self.fail(f"{jobs} is less than 1 (1: one process, 'auto': one per CPU)", param, ctx)
-        if jobs > MAX_JOBS:
-            # Far more processes than CPUs only slow a run down, and stretch each regex
-            # search's wall-clock time limit until it can change a verdict.
-            self.fail(f"{jobs} is more than {MAX_JOBS} ('auto': one per CPU this process may use)", param, ctx)
-        return jobs
+    :raises click.BadParameter: not a number, or outside 1 to :data:`MAX_JOBS`.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        jobs = value
+    elif str(value).strip().lower() == "auto":
+        return min(usable_cpus(), MAX_JOBS)  # the most --jobs takes, on a machine with more CPUs
+    else:
+        try:
+            jobs = int(str(value).strip())
+        except ValueError:
+            raise click.BadParameter(f"{value!r} is not a number of processes or 'auto'", ctx, param) from None
+    if jobs < 1:
+        raise click.BadParameter(f"{jobs} is less than 1 (1: one process, 'auto': one per CPU)", ctx, param)
+    if jobs > MAX_JOBS:
+        # Far more processes than CPUs only slow a run down, and stretch each regex
+        # search's wall-clock time limit until it can change a verdict.
+        raise click.BadParameter(f"{jobs} is more than {MAX_JOBS} ('auto': one per CPU this process may use)",
+                                 ctx, param)
+    return jobs
 
 
 def jobs_option(help: str) -> Callable[[F], F]:
-    return click.option("--jobs", "-j", type=Jobs(), default=1, show_default=True, metavar="N|auto",
+    # A callback, not a click.ParamType: that class is generic from click 8.4 on, and not
+    # before, so no one subclass of it type-checks against every click this runs with.
+    return click.option("--jobs", "-j", type=str, default="1", show_default=True, metavar="N|auto",
+                        callback=lambda ctx, param, value: jobs_count(value, param, ctx),
                         help=help + f" auto: one per CPU this process may use; at most {MAX_JOBS}.")
 
 
@@ -1606,8 +1610,9 @@ def main(argv: list[str] | None = None) -> None:
 
             traceback.print_exception(failure, file=sys.stderr)
         # A path typed or globbed (a folder named with an escape sequence) is quoted as it was.
-        e.message = _shown(e.message, keep="\n")
-        e.show()
+        shown = io.StringIO()
+        e.show(file=shown)
+        sys.stderr.write(_shown(shown.getvalue(), keep="\n"))
         sys.exit(e.exit_code)
     except KeyboardInterrupt as e:  # before click took over
         _stopped(e)

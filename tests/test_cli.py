@@ -420,9 +420,9 @@ def test_jobs_auto_is_one_per_usable_cpu_and_a_bad_count_is_named(tmp_path: Path
     from loop_core.testing import make_bundle, write_bundle
 
     monkeypatch.setattr(cli_module, "usable_cpus", lambda: 3)
-    assert [cli_module.Jobs().convert(v, None, None) for v in ("auto", " AUTO ", "2", 4)] == [3, 3, 2, 4]
+    assert [cli_module.jobs_count(v) for v in ("auto", " AUTO ", "2", 4)] == [3, 3, 2, 4]
     monkeypatch.setattr(cli_module, "usable_cpus", lambda: 3 * cli_module.MAX_JOBS)  # help: "at most 64"
-    assert cli_module.Jobs().convert("auto", None, None) == cli_module.MAX_JOBS
+    assert cli_module.jobs_count("auto") == cli_module.MAX_JOBS
     monkeypatch.setattr(cli_module, "usable_cpus", lambda: 3)
     for i in range(4):
         write_bundle(tmp_path / f"model-{i}" / "20260801T000000Z", make_bundle(OOM))
