@@ -253,6 +253,10 @@ class GitHubTracker:
             # one of the current directory, which a `--repo "$REPO"` with REPO unset never meant.
             raise TrackerError(f"--repo {repo!r}: no repository named; give OWNER/NAME, or leave --repo "
                                "out to file into gh's default repository")
+        if repo is not None and ("/" not in repo or any(c.isspace() for c in repo)):
+            # gh refuses it at every call, and each capture only waited in the spool.
+            raise TrackerError(f"--repo {repo!r}: not a repository name; give OWNER/NAME "
+                               "(or HOST/OWNER/NAME, as gh takes it)")
         self.spool = SpoolTracker(Path(captures))
         self.repo = repo
         self.runner = runner

@@ -1113,7 +1113,13 @@ def test_an_empty_repo_is_refused_not_taken_for_gh_s_default(
         result = CliRunner().invoke(cli, [*argv, "--repo", repo])
         assert result.exit_code == 2, result.output
         assert "no repository named" in result.stderr
+    # Nor is a name gh would refuse at every call, leaving every capture in the spool.
+    for repo in ("acme", "acme/my repo", "not a repo"):
+        result = CliRunner().invoke(cli, [*argv, "--repo", repo])
+        assert result.exit_code == 2, result.output
+        assert f"--repo {repo!r}: not a repository name; give OWNER/NAME" in result.stderr
     assert gh.calls() == [] and gh.issues("local/repo") == []
+    assert not (captures / "_dedup-queue").exists()
 
 
 def test_problems_name_each_failing_call_once(gh: FakeGh, captures: Path, fake_clock: FakeClock,
