@@ -1437,7 +1437,8 @@ def spool_replay(captures: Path, tracker_name: str, repo: str | None) -> None:
             counts[fr.action.value] = counts.get(fr.action.value, 0) + 1
     drained = sum(r.drained for r in results)
     click.echo(f"replayed {len(results)} spool file(s) into {tracker_name}: "
-               + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "nothing to do")
+               + (", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+                  or ("nothing filed" if results else "nothing to do"))
                + f"; {drained} drained, {len(results) - drained} still spooled")
     if drained < len(results):
         sys.exit(1)

@@ -552,6 +552,8 @@ def test_replay_names_each_damaged_spool_file_leaves_it_and_drains_the_rest(tmp_
     result = CliRunner().invoke(cli, ["spool", "replay", str(tmp_path)])
     assert result.exit_code == 1
     assert result.stderr.count("left in the spool") == 3 and "a-no-canonical.json: not a would-be issue" in result.stderr
+    # Not "nothing to do", which is what an empty spool says: three files wait for a person.
+    assert result.stdout == "replayed 3 spool file(s) into sqlite: nothing filed; 0 drained, 3 still spooled\n"
 
 
 def _a_spool_payload(captures: Path, engine: Engine) -> tuple[Path, dict[str, Any]]:
