@@ -199,6 +199,44 @@ def test_an_occurrence_spooled_during_a_replay_stays_in_the_spool(tmp_path: Path
         db.close()
 
 
+class RewritesTheFileWhileFiling:
+    """A target during whose first filing the spool file being replayed is written anew
+    with ``doc`` (by hand, or by the reference's spool, which overwrites)."""
+
+    name = "rewritten"
+
+    def __init__(self, target: SqliteTracker, path: Path, doc: dict[str, Any]) -> None:
+        self.target, self.path, self.doc = target, path, doc
+
+    def file(self, draft, occurrence):  # type: ignore[no-untyped-def]
+        if self.doc:
+            self.path.write_text(json.dumps(self.doc), encoding="utf-8")
+            self.doc = {}
+        return self.target.file(draft, occurrence)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("rewrite", ["occurrences-not-a-list", "reference-file"])
+def test_a_spool_file_rewritten_during_a_replay_stays(tmp_path: Path, engine: Engine, rewrite: str) -> None:
+    """What the file holds now was not replayed (an occurrence list that is no longer a
+    list, or the reference's one would-be issue in place of ours): removing it would lose it."""
+    spool = SpoolTracker(tmp_path)
+    draft, occurrence = drafted(engine)
+    spool.file(draft, occurrence)
+    (path,) = spool.pending()
+    doc = {**json.loads(path.read_text()), "occurrences": {"s": 1}} if rewrite != "reference-file" \
+        else draft.spool_payload()
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        (result,) = replay_spool(spool, RewritesTheFileWhileFiling(db, path, doc))
+        assert [r.action for r in result.results] == [FileAction.OPENED]
+        assert not result.drained and json.loads(path.read_text()) == doc
+    finally:
+        db.close()
+
+
 class FallsBackToSpool:
     name = "flaky"
 
