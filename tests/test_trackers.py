@@ -251,10 +251,28 @@ class FallsBackToSpool:
         pass
 
 
-def test_a_target_falling_back_to_the_spool_never_drains_it(tmp_path: Path, engine: Engine) -> None:
+class QueuesElsewhere:
+    """A plugin's target that keeps every occurrence in an outbox of its own: it answers
+    spooled, with no spool file to point at."""
+
+    name = "outbox"
+
+    def file(self, draft, occurrence):  # type: ignore[no-untyped-def]
+        return FileResult(FileAction.SPOOLED, draft.dedup_hash, None, "outbox")
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("fallback", [FallsBackToSpool, lambda _captures: QueuesElsewhere()],
+                         ids=["this-spool", "elsewhere"])
+def test_a_target_falling_back_to_the_spool_never_drains_it(tmp_path: Path, engine: Engine,
+                                                            fallback: Any) -> None:
+    """An occurrence the target only spooled, here or in a queue of its own, has not
+    landed: removing the file would lose it should that queue never be sent."""
     spool = SpoolTracker(tmp_path)
     spool.file(*drafted(engine))
-    (result,) = replay_spool(spool, FallsBackToSpool(tmp_path))
+    (result,) = replay_spool(spool, fallback(tmp_path))
     assert not result.drained
     assert len(spool.pending()) == 1  # nothing lost
 
