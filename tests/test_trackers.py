@@ -591,6 +591,7 @@ def test_replay_names_each_damaged_spool_file_leaves_it_and_drains_the_rest(tmp_
         "a-no-canonical.json": {k: v for k, v in payload.items() if k != "canonical"},
         "b-occurrences-not-a-list.json": {**payload, "occurrences": {"s": 1}},
         "c-entry-without-submission.json": {**payload, "occurrences": [{"bundle": "x"}]},
+        "d-not-an-object.json": [payload],
     }
     for name, doc in damaged.items():
         (queue / name).write_text(json.dumps(doc), encoding="utf-8")
@@ -601,15 +602,16 @@ def test_replay_names_each_damaged_spool_file_leaves_it_and_drains_the_rest(tmp_
         assert "not a would-be issue (KeyError: 'canonical')" in str(results["a-no-canonical.json"].problem)
         assert "'occurrences' is a dict, not a list" in str(results["b-occurrences-not-a-list.json"].problem)
         assert "occurrences[0] is not an occurrence" in str(results["c-entry-without-submission.json"].problem)
+        assert "expected a JSON object, got list" in str(results["d-not-an-object.json"].problem)
         assert [i["occurrences"] for i in target.issues()] == [1]
     finally:
         target.close()
     assert sorted(p.name for p in queue.glob("*.json")) == sorted(damaged)  # left for a person
     result = CliRunner().invoke(cli, ["spool", "replay", str(tmp_path)])
     assert result.exit_code == 1
-    assert result.stderr.count("left in the spool") == 3 and "a-no-canonical.json: not a would-be issue" in result.stderr
-    # Not "nothing to do", which is what an empty spool says: three files wait for a person.
-    assert result.stdout == "replayed 3 spool file(s) into sqlite: nothing filed; 0 drained, 3 still spooled\n"
+    assert result.stderr.count("left in the spool") == 4 and "a-no-canonical.json: not a would-be issue" in result.stderr
+    # Not "nothing to do", which is what an empty spool says: four files wait for a person.
+    assert result.stdout == "replayed 4 spool file(s) into sqlite: nothing filed; 0 drained, 4 still spooled\n"
 
 
 def _a_spool_payload(captures: Path, engine: Engine) -> tuple[Path, dict[str, Any]]:
