@@ -714,26 +714,31 @@ def test_review_queue_items_come_sorted_by_file_name_and_a_removal_says_whether_
 
 
 def test_a_damaged_review_entry_counts_every_occurrence_it_kept_out(tmp_path: Path, engine: Engine) -> None:
+    """Each damaged entry is one warning, with the count of its own bundles: when one
+    entry's problem was reported once per occurrence, the next entry's warning was lost."""
     from loop_core.keys import dedup_key
     from loop_core.pipeline import run_captures
 
-    bundles = [make_bundle({"manifest": {"utc_ts": f"2026080{i}T000000Z"},
-                            "pt3": {"failure_log_excerpt": "RuntimeError: the frobnicator refused"}})
-               for i in (1, 2, 3)]  # three submissions of one unknown failure: one entry
-    for i, bundle in enumerate(bundles):
-        write_bundle(tmp_path / "c" / "m" / f"{i}", bundle)
-    damaged = tmp_path / "c" / "_review-queue" / f"{dedup_key(bundles[0], 'unknown').digest()}.json"
-    damaged.parent.mkdir()
-    damaged.write_text('{"occurrences": 5}', encoding="utf-8")
+    damage = {"frobnicator": '{"occurrences": 5}', "widget": '{"occurrences": "s1"}'}
+    bundles = {what: [make_bundle({"manifest": {"model": f"acme/{what}", "utc_ts": f"2026080{i}T000000Z"},
+                                   "pt3": {"failure_log_excerpt": f"RuntimeError: the {what} refused"}})
+                      for i in range(1, count + 1)]  # submissions of one unknown failure: one entry
+               for what, count in (("frobnicator", 3), ("widget", 2))}
+    (tmp_path / "c" / "_review-queue").mkdir(parents=True)
+    for what, found in bundles.items():
+        for i, bundle in enumerate(found):
+            write_bundle(tmp_path / "c" / what / f"{i}", bundle)
+        damaged = tmp_path / "c" / "_review-queue" / f"{dedup_key(found[0], 'unknown').digest()}.json"
+        damaged.write_text(damage[what], encoding="utf-8")
     tracker = SqliteTracker.for_captures(tmp_path / "c")
     try:
         summary = run_captures(tmp_path / "c", engine, tracker)
     finally:
         tracker.close()
-    assert (summary.by_class["unknown"], summary.review_queued, summary.already_counted) == (3, 0, 0)
-    (warning, bundles_kept_out), = summary.warnings.items()
-    assert warning.endswith("'occurrences' is a int, not a list; fix or remove the file; not queued")
-    assert bundles_kept_out == 3
+    assert (summary.by_class["unknown"], summary.review_queued, summary.already_counted) == (5, 0, 0)
+    warned = {warning.rsplit(": ", 1)[1]: kept_out for warning, kept_out in summary.warnings.items()}
+    assert warned == {"'occurrences' is a int, not a list; fix or remove the file; not queued": 3,
+                      "'occurrences' is a str, not a list; fix or remove the file; not queued": 2}
 
 
 def test_a_spool_file_whose_tuple_holds_an_object_replays(tmp_path: Path, engine: Engine) -> None:
