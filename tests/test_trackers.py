@@ -669,6 +669,8 @@ def test_a_spool_file_that_disagrees_with_itself_or_is_anothers_is_left_alone(tm
         "c-tuple-edited.json": (edited, "its dedup_hash is not its tuple's"),
         "d-rehashed.json": (rehashed, "its body's tuple block does not hold its tuple"),
         "e-no-occurrence.json": ({**payload, "occurrences": []}, "its occurrence list is empty"),
+        "f-canonical-rehashed.json": ({**payload, "canonical": {**payload["canonical"], "dedup_hash": "0" * 12}},
+                                      "its canonical dedup_hash is not its dedup_hash"),
     }
     for name, (doc, _why) in damaged.items():
         (queue / name).write_text(json.dumps(doc), encoding="utf-8")
