@@ -701,6 +701,24 @@ def test_settling_an_entry_none_of_whose_occurrences_was_decided_leaves_it_as_it
     assert {path.name: path.read_bytes() for path in theirs.parent.glob("*.json")} == before
 
 
+def test_an_entry_written_without_described_by_is_described_by_its_first_occurrence(tmp_path: Path) -> None:
+    """An entry written before entries named the submission they describe shows its first
+    occurrence's error: once that one is decided (and no fresh description came), the entry
+    says so; deciding another occurrence leaves its text as it is."""
+    from loop_core.trackers import STALE_DESCRIPTION, ReviewQueue, Settled
+
+    queue = ReviewQueue(tmp_path)
+    for dedup_hash in ("a" * 12, "b" * 12):
+        old = {"dedup_hash": dedup_hash, "final_error": "RuntimeError: the frobnicator refused"}
+        queue.add_many([(old, Occurrence(s, None, None, f"m/{s}")) for s in ("s1", "s2")])
+    assert queue.settle({"a" * 12: Settled({"s1"}), "b" * 12: Settled({"s2"})}) == 2
+    first_decided, other_decided = queue.entry("a" * 12), queue.entry("b" * 12)
+    assert first_decided is not None and other_decided is not None
+    assert first_decided["final_error"] == STALE_DESCRIPTION["final_error"]
+    assert other_decided["final_error"] == "RuntimeError: the frobnicator refused"
+    assert [o["submission"] for o in first_decided["occurrences"]] == ["s2"]
+
+
 def test_review_queue_items_come_sorted_by_file_name_and_a_removal_says_whether_there_was_one(
         tmp_path: Path) -> None:
     from loop_core.trackers import ReviewQueue
