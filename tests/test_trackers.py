@@ -1037,6 +1037,41 @@ def test_an_issue_whose_tuple_block_no_longer_verifies_gets_no_plus_one(tmp_path
         db.close()
 
 
+def test_a_plus_one_goes_to_the_first_issue_whose_tuple_block_verifies(tmp_path: Path, engine: Engine) -> None:
+    """Two issues of one failure verify once an edit that made the first open a second
+    is undone: +1s go to the first, as the GitHub tracker's lookup (lowest number) does."""
+    first, second, third = (drafted(engine, utc_ts=f"2026080{day}T000000Z") for day in (1, 2, 3))
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        assert db.file(*first).issue == 1
+        (body,) = db.db.execute("SELECT body FROM issues WHERE id = 1").fetchone()
+        _edit_body(db, 1, lambda b: json.dumps({**b, "schema": "another/v9"}, indent=2, sort_keys=True))
+        assert db.file(*second).issue == 2
+        db.db.execute("UPDATE issues SET body = ? WHERE id = 1", (body,))  # the edit undone
+        again = db.file(*third)
+        assert (again.action, again.issue) == (FileAction.PLUS_ONE, 1)
+        assert [i["occurrences"] for i in db.issues()] == [2, 1]
+    finally:
+        db.close()
+
+
+def test_a_plus_one_marks_the_issue_updated_and_a_repeat_does_not(tmp_path: Path, engine: Engine,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import trackers
+
+    first, second = drafted(engine, utc_ts="20260801T000000Z"), drafted(engine, utc_ts="20260802T000000Z")
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        for when, pair in (("2026-08-01T00:00:00Z", first), ("2026-08-02T00:00:00Z", second),
+                           ("2026-08-03T00:00:00Z", first)):
+            monkeypatch.setattr(trackers, "_now", lambda when=when: when)
+            db.file(*pair)
+        (issue,) = db.issues()
+        assert (issue["created_at"], issue["updated_at"]) == ("2026-08-01T00:00:00Z", "2026-08-02T00:00:00Z")
+    finally:
+        db.close()
+
+
 @pytest.mark.parametrize("quoted", [
     json.dumps({"schema": "another/v9", "tuple_ordered": ["something", "else"]}),
     '{"schema": "club3090-loop-dedup-v1", "tuple_ordered": [cut short',  # no JSON at all
