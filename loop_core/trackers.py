@@ -742,6 +742,10 @@ class ReviewQueue:
         return _read_json(self.directory / f"{dedup_hash}.json")
 
     def remove(self, dedup_hash: str) -> bool:
+        """Delete the entry of ``dedup_hash``; False when the queue has none (nor a name
+        that is no hash: ``../x`` names a file outside the queue)."""
+        if not _HASH.fullmatch(dedup_hash):
+            return False
         path = self.directory / f"{dedup_hash}.json"
         with locked(self.directory):
             try:

@@ -18,6 +18,7 @@ from loop_core.cli import cli
 from loop_core.engine import condition_kinds
 from loop_core.maintain import learn
 from loop_core.testing import make_bundle, write_bundle
+from loop_core.trackers import ReviewQueue
 
 ROOT = Path(__file__).resolve().parent.parent
 NOVEL = "RuntimeError: the frobnicator refused to initialise"
@@ -87,6 +88,27 @@ def test_learn_from_the_review_queue(pack: Path, tmp_path: Path, pm: pluggy.Plug
     assert "removed from the review queue" in result.output
     assert json.loads(invoke("review", "list", str(captures), "--format", "json").output) == []
     assert Engine.build(pack, pm).classify(make_bundle(NOVEL)).failure_class.value == "overlay-arch-drift"
+
+
+def test_learn_takes_no_review_entry_from_outside_the_queue(pack: Path, tmp_path: Path) -> None:
+    """--review names an entry by its hash, never by a path: "../x" would read a JSON file
+    beside the queue as an entry, learn from it, and delete it once settled."""
+    captures = tmp_path / "captures"
+    write_bundle(captures / "m" / "20260801T000000Z", make_bundle(NOVEL))
+    invoke("run", str(captures), "--rules", str(pack), "--format", "json")
+    (queued,) = (captures / "_review-queue").glob("*.json")
+    outside = captures / "notes.json"
+    outside.write_bytes(queued.read_bytes())  # an entry in all but its place
+    queued.unlink()
+    exact = (pack / "exact.yml").read_bytes() if (pack / "exact.yml").exists() else None
+    for name in ("../notes", str(outside.with_suffix(""))):
+        result = invoke("learn", "--review", name, "--captures", str(captures), "--as", "overlay-arch-drift",
+                        "--rules", str(pack))
+        assert result.exit_code == 2 and f"no review-queue entry {name!r}" in result.output, result.output
+    assert outside.exists()
+    assert ((pack / "exact.yml").read_bytes() if (pack / "exact.yml").exists() else None) == exact
+    queue = ReviewQueue(captures)
+    assert queue.entry("../notes") is None and queue.remove("../notes") is False and outside.exists()
 
 
 def test_a_failure_learned_as_unknown_stays_out_of_the_review_queue(pack: Path, tmp_path: Path) -> None:
