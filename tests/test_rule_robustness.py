@@ -499,3 +499,24 @@ def test_a_pattern_is_shown_as_the_rule_file_writes_it(tmp_path: Path, pm: plugg
     labels = [child.label for child in rules.traces[0].children[0].children]
     assert labels == ["$.signal.error_text regex '\\bkilled\\b'",
                       "$.signal.error_text regex 'killed\\n'"]  # a newline cannot be shown raw: Python's quoting
+
+
+def test_a_bad_mode_or_description_names_the_line_of_that_key(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    # The message leads to the key at fault, not to the rule's first line.
+    pack = write(tmp_path / "p", "10.yml", "- id: r\n  class: unknown\n  description: '  '\n  mode: trial\n"
+                                           "  when: {select: $.signal.all_text, contains: boom}\n"
+                                           "  examples: {match: [boom]}\n")
+    found = problems_of(pack, pm)
+    assert "p/10.yml[0] r (line 3): description must be non-empty text" in found
+    assert "p/10.yml[0] r (line 4): mode must be active or shadow, got 'trial'" in found
+
+
+def test_a_complex_mapping_key_is_invalid_yaml_with_its_place(tmp_path: Path) -> None:
+    # A key that is a list has no text a rule could mean: refused where it is, not a crash.
+    pack = write(tmp_path / "p", "10.yml", "- id: r\n  class: unknown\n  description: d\n"
+                                           "  when: {select: $.signal.all_text, contains: boom}\n"
+                                           "  examples:\n    match: [boom]\n    ? [no, match]\n    : [bang]\n")
+    result = CliRunner().invoke(cli, ["check", "--rules", str(pack)])
+    assert result.exit_code == 1
+    assert result.output == (f"error: {pack}/10.yml: invalid YAML: mapping keys must be plain text (line 7, column 7)\n"
+                             "check: 1 problem(s)\n")
