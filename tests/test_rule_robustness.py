@@ -252,6 +252,24 @@ def test_signature_back_references_by_number_are_reported(tmp_path: Path, pm: pl
     assert engine.classify(make_bundle("hip oom hip")).failure_class.value == "genuine-oom"
 
 
+def test_signature_patterns_that_refer_to_no_earlier_group_load(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+    # A later pattern's \1 means its own group when no earlier pattern has one, and an
+    # escaped backslash before a digit is a backslash: neither is refused.
+    pack = write(tmp_path / "p", "pack.yml", "tier1_oom:\n  signature: ['cuda oom', '(hip) oom \\1', 'vram\\\\1']\n")
+    write(pack, "10.yml", GOOD.format(id="r", cls="unknown", regex="zzz", example="zzz"))
+    engine = Engine.build(pack, pm)
+    assert engine.classify(make_bundle("hip oom hip")).failure_class.value == "genuine-oom"
+    assert engine.classify(make_bundle("out of vram\\1")).failure_class.value == "genuine-oom"
+    assert engine.classify(make_bundle("hip oom cuda")).failure_class.value == "unknown"
+
+
+@pytest.mark.parametrize("key", ["signature", "unless"])
+def test_an_empty_pattern_in_the_tier1_lists_is_refused(tmp_path: Path, pm: pluggy.PluginManager, key: str) -> None:
+    # An empty pattern matches every text: Tier-1 would call every bundle an OOM, or never.
+    pack = write(tmp_path / "p", "pack.yml", f"tier1_oom:\n  {key}: ['cuda oom', '']\n")
+    assert f"p/pack.yml: tier1_oom.{key}: must be a list of regular expressions" in problems_of(pack, pm)
+
+
 # -- the literal prefilter and the regex module's own syntax -----------------------
 
 
