@@ -116,6 +116,14 @@ def test_a_class_that_is_not_text_is_reported(tmp_path: Path, pm: pluggy.PluginM
     assert "p/10.yml[0] r (line 2): unknown class" in problems_of(pack, pm)
 
 
+@pytest.mark.parametrize("table", ["['abcdefabcdef']", "abcdefabcdef", "5"])
+def test_an_exact_table_that_is_not_a_mapping_is_reported(tmp_path: Path, pm: pluggy.PluginManager,
+                                                          table: str) -> None:
+    # Else the maintainer's decisions in it would be dropped without a word.
+    pack = write(tmp_path / "p", "10.yml", f"exact: {table}\n")
+    assert "p/10.yml: exact must be a mapping of fingerprint -> class" in problems_of(pack, pm)
+
+
 def test_an_exact_entry_whose_class_is_not_text_is_reported(tmp_path: Path, pm: pluggy.PluginManager) -> None:
     pack = write(tmp_path / "p", "10.yml", "exact:\n  'abcdefabcdef': [unknown]\n")
     assert "exact: abcdefabcdef: unknown class ['unknown']" in problems_of(pack, pm)
@@ -166,7 +174,7 @@ def test_a_quoted_date_still_compares_as_text(tmp_path: Path, pm: pluggy.PluginM
 ])
 def test_rules_that_are_not_a_list_are_reported(tmp_path: Path, pm: pluggy.PluginManager,
                                                 text: str, problem: str) -> None:
-    assert problem in problems_of(write(tmp_path / "p", "10.yml", text), pm)
+    assert f"p/10.yml: {problem}" in problems_of(write(tmp_path / "p", "10.yml", text), pm)
 
 
 def test_pack_name_and_description_must_be_text(tmp_path: Path, pm: pluggy.PluginManager) -> None:

@@ -260,12 +260,14 @@ def test_check_warns_of_a_regex_escape_yaml_read_in_double_quotes(tmp_path: Path
         "check: pack p: 1 rules, 0 exact fingerprints, 2 files; 0 problem(s), 2 warning(s)\n")
 
 
-def test_settings_in_pack_yaml_say_where_settings_go(tmp_path: Path, pm: pluggy.PluginManager) -> None:
+@pytest.mark.parametrize("file_name", ["pack.yaml", "Pack.yml"])
+def test_settings_in_pack_yaml_say_where_settings_go(tmp_path: Path, pm: pluggy.PluginManager,
+                                                    file_name: str) -> None:
     """A pack.yaml was read as a rule file, and its error only listed the keys a rule file takes."""
-    pack = write(tmp_path / "p", "pack.yaml", "name: acme\nregex_timeout: 0.5\n")
+    pack = write(tmp_path / "p", file_name, "name: acme\nregex_timeout: 0.5\n")
     write(pack, "10.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
     with pytest.raises(RuleError, match=re.escape(
-            "p/pack.yaml: unknown top-level keys ['name', 'regex_timeout'] (expected rules, exact); pack settings "
+            f"p/{file_name}: unknown top-level keys ['name', 'regex_timeout'] (expected rules, exact); pack settings "
             "are read from pack.yml only: rename the file")):
         Engine.build(pack, pm)
 
