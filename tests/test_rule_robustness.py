@@ -346,15 +346,16 @@ def test_many_word_start_rules_match_with_and_without_the_scanner(
 
 def test_every_bad_item_of_a_condition_is_reported(tmp_path: Path, pm: pluggy.PluginManager) -> None:
     when = ("{any: [{select: $.signal.error_text, regex: '(a'}, {select: $.signal.error_text, contains: ok},"
-            " {select: $.signal.nope, contains: x}, [{select: $.signal.error_text, regex: '[b'}]]}")
+            " {select: $.signal.nope, contains: x}, [{select: $.signal.error_text, regex: '[b'}], {no_such_kind: 1}]}")
     pack = write(tmp_path / "p", "10.yml", rule("many", when))
     with pytest.raises(RuleError) as info:
         Engine.build(pack, pm, collect_errors=True)
     problems = info.value.problems
-    assert len(problems) == 3, problems
+    assert len(problems) == 4, problems
     assert "many (line 4): when.any[0]: invalid regex '(a'" in problems[0]
     assert "many (line 4): when.any[2]" in problems[1] and "unknown signal 'nope'" in problems[1]
     assert "many (line 4): when.any[3][0]: invalid regex '[b'" in problems[2]
+    assert "many (line 4): when.any[4]: unknown condition 'no_such_kind' (condition kinds: " in problems[3]
     with pytest.raises(RuleError, match=r"when.any\[0\]: invalid regex"):  # without collect: the first
         Engine.build(pack, pm)
 
@@ -546,3 +547,25 @@ def test_a_complex_mapping_key_is_invalid_yaml_with_its_place(tmp_path: Path) ->
     assert result.exit_code == 1
     assert result.output == (f"error: {pack}/10.yml: invalid YAML: mapping keys must be plain text (line 7, column 7)\n"
                              "check: 1 problem(s)\n")
+
+
+@pytest.mark.parametrize(("when", "message"), [
+    # an empty list of conditions would hold for every bundle
+    ("[]", "when: needs a non-empty list of conditions"),
+    ("{all: []}", "when.all: needs a non-empty list of conditions"),
+    ("{any: []}", "when.any: needs a non-empty list of conditions"),
+    ("{select: signal.error_text, contains: boom}",
+     "when.select: selector must be a JSONPath string starting with '$', got 'signal.error_text'"),
+    ("{select: '$.signal[?(', exists: true}", "when.select: invalid JSONPath '$.signal[?('"),
+    ("{select: $.signal.all_text, contains: boom, ignore_case: 1}", "when.ignore_case: must be true or false, got 1"),
+    ("{select: $.manifest.model, exists: 1}", "when.exists: must be true or false, got 1"),
+    ("{select: $.manifest.model, truthy: 0}", "when.truthy: must be true or false, got 0"),
+    ("{select: $.manifest.model, equals: [acme/x]}", "when.equals: must be text, a number, true/false or null"),
+    ("{select: $.signal.all_text, contains: {any: [boom], all: [bang]}}",
+     "when.contains: a mapping must be {any: [...]} or {all: [...]}"),
+    ("{gate_abort_reason: []}", "when.gate_abort_reason: needs an abort token"),
+])
+def test_a_condition_a_rule_cannot_mean_is_refused_with_its_place(tmp_path: Path, pm: pluggy.PluginManager,
+                                                                   when: str, message: str) -> None:
+    pack = write(tmp_path / "p", "10.yml", rule("r", when, cls="unknown"))
+    assert f"p/10.yml[0] r (line 4): {message}" in problems_of(pack, pm)
