@@ -399,6 +399,12 @@ def _decides(tmp_path: Path, pm: pluggy.PluginManager, when: str, bundle: dict[s
     ("{select: $.signal.red_caps, contains: cha}", {"pt4": {"results": {"chat": "red", "tools": "green"}}}, False),
     # a general path selects several values: a regex holds when it matches any of them
     ("{select: '$.manifest.tags[*]', regex: 'zzfrob'}", {"manifest": {"tags": ["chat", "a zzfrob b"]}}, True),
+    # a name or an index below a text selects nothing (no error)
+    ("{select: $.manifest.model.acme, exists: false}", {"manifest": {"model": "acme/x"}}, True),
+    ("{select: '$.manifest.model[0]', exists: false}", {"manifest": {"model": "acme/x"}}, True),
+    # ignore_case compares both sides in lower case; a list's items that are not text are no phrase
+    ("{select: $.manifest.model, equals: acme/x, ignore_case: true}", {"manifest": {"model": "ACME/X"}}, True),
+    ("{select: $.manifest.tags, contains: '1', ignore_case: true}", {"manifest": {"tags": [1, "x"]}}, False),
     # an index past a list's end selects nothing (no error)
     ("{select: '$.manifest.tags[1]', exists: false}", {"manifest": {"tags": ["a"]}}, True),
     # a regex never matches a value that is not text (no error)
