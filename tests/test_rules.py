@@ -430,6 +430,19 @@ def test_explain_marks_a_holding_not_and_every_value(tmp_path: Path, bundle_dir)
     assert "+ $.manifest.tags[*] exists True: value ['chat', 'tools']" in lines
 
 
+def test_explain_marks_all_and_any_as_classify_decides_them(tmp_path: Path, bundle_dir) -> None:  # type: ignore[no-untyped-def]
+    # An all with one item missed does not hold, an any with one item held does, and
+    # contains names only the phrases it found: the rule matches, as classify says.
+    pack = write(tmp_path / "p", "10.yml", "- id: r\n  class: unknown\n  description: d\n  when:\n    any:\n"
+                 "      - all: [{select: $.signal.all_text, contains: boom}, {select: $.signal.all_text, contains: zz}]\n"
+                 "      - {select: $.signal.all_text, contains: {any: [zz, boom, bang]}}\n  examples: {match: [x]}\n")
+    out = CliRunner().invoke(cli, ["explain", "--rules", str(pack), str(bundle_dir("boom"))]).output
+    lines = [line.strip() for line in out.splitlines()]
+    assert "[tier2] tier2-rules: MATCH" in lines and lines[lines.index("+ any") + 1] == "- all"
+    assert lines[-3].startswith("+ $.signal.all_text contains {'any': ['zz', 'boom', 'bang']}: value ")
+    assert lines[-3].endswith("; found 'boom'")
+
+
 def test_explain_never_shows_a_regex_matching_a_value_that_is_not_text(tmp_path: Path, bundle_dir) -> None:  # type: ignore[no-untyped-def]
     # As classify decides: the number 1 is not the text "1".
     pack = write(tmp_path / "p", "10.yml", "- id: r\n  class: unknown\n  description: d\n"
