@@ -15,6 +15,8 @@ from loop_core.rules import RulePack
 from loop_core.testing import make_bundle
 from loop_rules.tier1 import predicted_total_mib
 
+from .test_rules import GOOD, write
+
 PRED = {"weights_gb": 9.0, "kv_gb": 12.0, "overhead_gb": 1.5}  # 22.5 GB -> 23040 MiB
 OOM = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB"
 
@@ -178,6 +180,7 @@ def test_the_packs_veto_keeps_a_host_ram_oom_kill_off_the_tier1_path(engine: Eng
     ({"weights": 3.9, "kv_pool_requested": float("nan"), "total": 22.0}, 22528),  # total decides
     ({"weights": 3.9, "kv_pool_requested": float("inf"), "kv_pool_actual": 16.25, "activation": 1.1,
       "cudagraph_overhead": 0.75}, 22528),  # the requested pool does not count
+    ({"weights": 3.9, "kv_pool_requested": 16.25, "kv_pool_actual": None}, 20634),  # no actual pool to count instead
     ({"total": float("inf"), "weights": 3.9}, None),
     ({}, None),
     (0, None),
@@ -253,6 +256,36 @@ def test_exact_table_hits_before_rows(tmp_path, pm: pluggy.PluginManager) -> Non
         "  when: {select: $.signal.error_text, regex: 'AWQ'}\n  examples: {match: ['AWQ']}\n")
     v = Engine.build(pack, pm).classify(bundle)
     assert (v.failure_class.value, v.tier.value, v.matched_rule) == ("kernel-unsupported", "tier2", probe)
+
+
+def test_an_exact_unknown_is_dismissed_where_a_rule_unknown_stays_queued(tmp_path: Path,
+                                                                        pm: pluggy.PluginManager) -> None:
+    # docs/rules.md: an `unknown` in the exact table is a maintainer's decision, not sent to review again.
+    reviewed, fresh = make_bundle("NCCL error: unhandled system error"), make_bundle("NCCL error: remote end hung up")
+    pack = write(tmp_path / "pack", "00-exact.yml",
+                 f"exact:\n  '{Engine.build('reference', pm).context(reviewed).fingerprint}': unknown\n")
+    engine = Engine.build(write(pack, "10-rows.yml", GOOD.format(id="nccl", cls="unknown", regex="NCCL", example="NCCL")), pm)
+    assert [(v.tier.value, v.review_queue) for v in map(engine.classify, (reviewed, fresh))] == [
+        ("tier2", False), ("tier2", True)]
+
+
+def test_a_tier1_signature_search_that_times_out_decides_nothing_and_says_so(tmp_path: Path,
+                                                                            pm: pluggy.PluginManager) -> None:
+    pack = write(tmp_path / "pack", "pack.yml", "tier1_oom:\n  signature: ['(a|aa)+$']\n")
+    write(pack, "10-rows.yml", GOOD.format(id="r", cls="unknown", regex="zzfrob", example="zzfrob"))
+    v = Engine.build(pack, pm).classify(make_bundle("a" * 50_000 + "!"))
+    assert (v.failure_class, v.matched_rule) == (FailureClass.UNKNOWN, None)
+    assert "tier1-oom-fastpath: signature search timed out; counted as no match" in v.warnings
+
+
+@pytest.mark.parametrize("worker", [True, "many"])
+def test_a_worker_number_that_is_no_number_is_not_routed(reference_engine: Engine, worker: object) -> None:
+    # JSON true is not 1 MiB: the OOM is filed, with no kv-calc route and no delta.
+    bundle = make_bundle({"pt1": {"predicted_b_breakdown": PRED},
+                          "pt3": {"failure": OOM, "actual": {"attempted_alloc_mib": 2560, "gpu_worker_reported_mib": worker}}})
+    v = reference_engine.classify(bundle)
+    assert v.failure_class is FailureClass.GENUINE_OOM
+    assert v.route_as_kv_calc_bug is False and v.delta_mib is None
 
 
 def test_default_pack_fixes_the_references_misfires(engine: Engine, reference_engine: Engine) -> None:
