@@ -569,3 +569,23 @@ def test_a_condition_a_rule_cannot_mean_is_refused_with_its_place(tmp_path: Path
                                                                    when: str, message: str) -> None:
     pack = write(tmp_path / "p", "10.yml", rule("r", when, cls="unknown"))
     assert f"p/10.yml[0] r (line 4): {message}" in problems_of(pack, pm)
+
+
+@pytest.mark.parametrize("text", ["", "# settings to come\n"])
+def test_an_empty_pack_yml_keeps_every_default(tmp_path: Path, pm: pluggy.PluginManager, text: str) -> None:
+    # Every key of pack.yml is optional, so a file with none of them is no problem.
+    pack = write(tmp_path / "p", "pack.yml", text)
+    write(pack, "10.yml", GOOD.format(id="r", cls="unknown", regex="boom", example="boom"))
+    settings = Engine.build(pack, pm).pack.settings
+    assert (settings.regex_timeout, settings.tier1_oom_signature, settings.tier1_oom_surface) == (0.25, (), "reference")
+
+
+@pytest.mark.parametrize(("rule_id", "valid"), [("a" * 128, True), ("a" * 129, False), ("_private", False),
+                                                 ("9.x_y:z-1", True)])
+def test_an_id_is_a_letter_or_digit_then_up_to_127_more(tmp_path: Path, pm: pluggy.PluginManager,
+                                                        rule_id: str, valid: bool) -> None:
+    pack = write(tmp_path / "p", "10.yml", GOOD.format(id=rule_id, cls="unknown", regex="boom", example="boom"))
+    if valid:
+        assert [r.id for r in Engine.build(pack, pm).pack.rules] == [rule_id]
+    else:
+        assert f"p/10.yml[0] {rule_id} (line 1): id must be a letter or digit, then up to 127" in problems_of(pack, pm)
