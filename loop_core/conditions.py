@@ -401,13 +401,18 @@ class Select(Condition):
                 # The index looks in the lower-cased text, and lower() of a non-ASCII
                 # literal can differ inside a text (final sigma): no shortcut then.
                 return None
+            # A sigma may be final (ς) in the lower-cased text the index holds: no need of it.
             lowered = [lit.lower() for lit in lits]
-            return Need.of(self.selector, lowered if mode == "any" else [max(lowered, key=len)])
+            needed = [lit for lit in lowered if _SIGMA not in lit]
+            if not needed or (mode == "any" and len(needed) < len(lowered)):
+                return None
+            return Need.of(self.selector, needed if mode == "any" else [max(needed, key=len)])
         return None
 
     def lookups(self) -> frozenset[str]:
         if self.op == "contains" and self.ignore_case:
-            return frozenset(self.operand[1])  # lower-cased at load
+            # Lower-cased at load; one with a sigma is looked for in the text itself (see _one).
+            return frozenset(lit for lit in self.operand[1] if _SIGMA not in lit)
         return frozenset()
 
     def _check(self, view: View, values: list[Any]) -> tuple[bool, str]:
@@ -442,11 +447,11 @@ class Select(Condition):
             if isinstance(value, str):
                 if self.ignore_case:  # the literals are lower-cased: look them up in the text's index
                     holds = view.index(value).holds
-                    found = [lit for lit in lits if holds(lit)]
+                    found = [lit for lit in lits if (holds(lit) if _SIGMA not in lit else lit in _caseless(value))]
                 else:
                     found = [lit for lit in lits if lit in value]
             elif isinstance(value, list):
-                items = {(str(v).lower() if self.ignore_case else v) for v in value if isinstance(v, str)}
+                items = {(_caseless(v) if self.ignore_case else v) for v in value if isinstance(v, str)}
                 found = [lit for lit in lits if lit in items]
             else:
                 return False, ""
@@ -461,9 +466,22 @@ class Select(Condition):
         raise AssertionError(op)  # pragma: no cover - validated at load
 
 
+_SIGMA = "\u03c3"  # σ; lower() writes a capital sigma at a word's end as ς (U+03C2)
+_FINAL_SIGMA = str.maketrans("\u03c2", _SIGMA)
+
+
+def _caseless(text: str) -> str:
+    """``text`` as ``ignore_case`` compares it: lower-cased, a final sigma as any other.
+
+    ``"ΑΣ".lower()`` is ``"ας"``, where a lower-cased ``"Σ"`` (``"σ"``) is not found.
+    """
+    low = text.lower()
+    return low.translate(_FINAL_SIGMA) if "\u03c2" in low else low
+
+
 def _equal(value: Any, operand: Any, ignore_case: bool) -> bool:
     if ignore_case and isinstance(value, str) and isinstance(operand, str):
-        return value.lower() == operand.lower()
+        return _caseless(value) == _caseless(operand)
     if isinstance(value, bool) != isinstance(operand, bool):
         return False  # JSON true is not the number 1
     return bool(value == operand)
@@ -630,5 +648,5 @@ def _compile_contains(value: Any, ignore_case: bool, where: str) -> tuple[str, t
         value = [value]
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
         raise ValueError(f"{where}.contains: needs a non-empty string or list of non-empty strings")
-    lits: Sequence[str] = [v.lower() for v in value] if ignore_case else value
+    lits: Sequence[str] = [_caseless(v) for v in value] if ignore_case else value
     return mode, tuple(lits)

@@ -221,6 +221,36 @@ def test_a_case_sensitive_non_ascii_phrase_is_never_skipped(tmp_path: Path) -> N
 
 
 
+def test_ignore_case_takes_a_final_sigma_for_a_sigma(tmp_path: Path) -> None:
+    """A capital sigma lower-cases to ς at a word's end and σ elsewhere: looked for without
+    case, "ΚΑΡΤΑΣ" is in "η καρτας" and in "καρτασ", whichever way either side is written."""
+    pack = tmp_path / "greek"
+    pack.mkdir()
+    rule = ("  - id: {id}\n    class: unknown\n    description: d\n    when: {when}\n"
+            "    examples: {{match: ['{example}'], no_match: [x]}}\n")
+    rules = [("any", "{select: $.signal.all_text, contains: ['ΚΑΡΤΑΣ'], ignore_case: true}", "ΚΑΡΤΑΣ"),
+             ("all", "{select: $.signal.all_text, contains: {all: ['out of', 'ΣΦΑΛΜΑ']}, ignore_case: true}",
+              "out of ΣΦΑΛΜΑ")]
+    (pack / "10-greek.yml").write_text(
+        "rules:\n" + "".join(rule.format(id=i, when=w, example=e) for i, w, e in rules), encoding="utf-8")
+    engine = Engine.build(pack, make_plugin_manager(entry_points=False))
+    noise = "x " * 1500  # long enough for the text's literal index
+    for text, expected in [(f"{noise}η καρτας δεν", "any"), (f"{noise}καρτασ", "any"), ("καρτασ", "any"),
+                           ("καρταΣ", "any"), (f"{noise}OUT OF σφαλμας", "all"), ("Σφαλμας: out of", "all"),
+                           (f"{noise}καρτα", None), (f"{noise}out of σφαλ", None)]:
+        view = View(make_bundle(text))
+        assert (_plain_walk(engine, view), _indexed_walk(engine, view)) == (expected, expected), text[-20:]
+        assert engine.classify(make_bundle(text)).matched_rule == expected, text[-20:]
+    exact = tmp_path / "exact"
+    exact.mkdir()
+    (exact / "10-greek.yml").write_text("rules:\n" + rule.format(
+        id="exact", when="{select: $.pt3.failure_log_excerpt, equals: 'ΚΑΡΤΑΣ', ignore_case: true}",
+        example="ΚΑΡΤΑΣ"), encoding="utf-8")
+    engine = Engine.build(exact, make_plugin_manager(entry_points=False))
+    assert [engine.classify(make_bundle(t)).matched_rule for t in ("καρτασ", "καρτας", "καρτα")] == \
+        ["exact", "exact", None]
+
+
 def test_no_need_is_empty_so_an_empty_text_rules_every_need_out() -> None:
     # _may_hold skips an empty text without a look: sound only because "" is never a need.
     from loop_core.conditions import compile_selector
