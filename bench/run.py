@@ -1372,6 +1372,7 @@ def main(argv: list[str] | None = None) -> int:
 
     selected = [s for s in SCENARIOS.values() if not only or s.name in only]
     load_start = _loadavg()
+    code_start = _code_state()
     rows: list[Row] = []
     try:
         for s in selected:
@@ -1386,6 +1387,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         _delete_set_aside()  # after every timing: see _set_aside_state
 
+    code_end = _code_state()
+    if code_end[1] != code_start[1]:
+        ctx.log("warning: the code changed during the run (a commit or an edit): rows after the "
+                "change measured other code; rerun on an unchanged tree to compare")
     corpus = ctx.corpus()
     files = [os.path.join(d, f) for d in corpus.dirs for f in os.listdir(d)]
     size = sum(os.path.getsize(f) for f in files)
@@ -1398,7 +1403,7 @@ def main(argv: list[str] | None = None) -> int:
         "corpus_files": len(files),
         "corpus_bytes": size,
         "loop_rules": _version(),
-        "commit": _commit(),
+        "commit": _commit(code_start, code_end),
         "literal_scanner": _scanner(),
         "json_parser": _json_parser(),
         "loadavg_start": load_start,
@@ -1444,16 +1449,26 @@ def _loadavg() -> float | None:
         return None
 
 
-def _commit() -> str:
-    """The checked-out commit, marked ``+dirty`` when the working tree has changes."""
+def _code_state() -> tuple[str, str]:
+    """The checked-out commit, marked ``+dirty`` when tracked files have changes, and
+    a digest of those changes: two states that differ mean other code was measured."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
                               capture_output=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               text=True, capture_output=True, check=True).stdout.strip()
+        diff = subprocess.run(["git", "diff", "HEAD", "--binary"], cwd=REPO,
+                              capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
+        return "unknown", ""
+    return head + ("+dirty" if diff else ""), hashlib.sha256(head.encode() + b"\0" + diff).hexdigest()
+
+
+def _commit(start: tuple[str, str], end: tuple[str, str]) -> str:
+    """What the header says of the code: its commit, or that it changed while the run went on
+    (a commit or an edit mid-run: the rows after it measured other code, and a changed
+    module invalidates the pack cache the counting scenarios warmed)."""
+    if start[1] == end[1]:
+        return start[0]
+    return f"{start[0]}, changed during the run to {end[0]}"
 
 
 def _version() -> str:
