@@ -366,6 +366,22 @@ def test_the_check_and_test_outputs_shown_are_those_of_the_sample_packs(monkeypa
         assert all(line in printed for line in output.splitlines() if line != "..."), where
 
 
+def test_the_eval_outputs_shown_are_those_of_the_shipped_holdout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """cli.md's eval examples measure the holdout, which no later sample changes: shown
+    lines are printed lines, in order, with "..." for those left out."""
+    monkeypatch.chdir(ROOT)
+    runner = CliRunner()
+    for command in ("eval --corpus tests/corpus/holdout --compare reference",
+                    "eval --corpus tests/corpus --split holdout --format json"):
+        shown = _shown_outputs(f"loop-rules {command}", (CLI_MD,))
+        assert len(shown) == 1, command
+        where, output = shown[0]
+        printed = iter(runner.invoke(cli, command.split()).output.splitlines())
+        for line in output.splitlines():
+            if line.strip() != "...":  # each shown line comes later in what eval printed
+                assert line in printed, f"{where}: {line!r}"
+
+
 def test_every_rule_place_shown_names_its_line() -> None:
     """A message about a rule names its file, index, id and the line it is about; four
     shown in the docs had no line, so a reader took the format for one without it (and
