@@ -1420,16 +1420,9 @@ def spool_replay(captures: Path, tracker_name: str, repo: str | None) -> None:
 
     if tracker_name == "spool":
         raise LoopClickError("--tracker spool: replaying the spool into itself does nothing")
-    _tracker_spec(tracker_name, None, repo)  # a wrong name or --repo is wrong with or without files
-    spooled = SpoolTracker(captures)
-    if not spooled.pending():
-        # Before the target opens: with nothing to replay, a read-only captures folder (where
-        # SQLite cannot make its folder) or a GitHub without gh has nothing to refuse.
-        click.echo(f"replayed 0 spool file(s) into {tracker_name}: nothing to do; 0 drained, 0 still spooled")
-        return
     target = _tracker(tracker_name, captures, repo)
     try:
-        results = replay_spool(spooled, target)
+        results = replay_spool(SpoolTracker(captures), target)
     except BaseException:
         _tell_problems(target, None)  # what went wrong before the replay stopped, as in `run`
         raise
