@@ -175,10 +175,25 @@ def test_run_gh_reports_exit_status_output_missing_binary_and_timeout(gh: FakeGh
     assert (failed.ok, failed.returncode) == (False, 1) and "simulated" in failed.stderr
     gh.mode("hang")
     hung = run_gh(["label", "list", "--json", "name"], timeout=0.5)
-    assert (hung.ok, hung.returncode) == (False, 124)
+    assert hung == GhResult(False, 124, "", "gh: timed out after 0.5s")  # what the user is told
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     missing = run_gh(["label", "list"])
     assert (missing.ok, missing.returncode) == (False, 127)
+
+
+def test_a_gh_that_cannot_be_started_is_a_failed_call(gh: FakeGh, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gh that may not be run, or an argument no command line can hold, is a failed
+    call like any other, said as gh's trouble: run_gh never raises."""
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no other gh to fall back on
+    (tmp_path / "bin" / "gh").chmod(0o644)
+    denied = run_gh(["label", "list"])
+    assert (denied.ok, denied.returncode, denied.stdout) == (False, 1, "")
+    assert denied.stderr.startswith("gh: ") and "Permission denied" in denied.stderr
+    (tmp_path / "bin" / "gh").chmod(0o755)
+    nul = run_gh(["issue", "create", "--title", "a\0b"])
+    assert (nul.ok, nul.returncode, nul.stderr) == (False, 1, "gh: embedded null byte")
+    assert gh.calls() == []
 
 
 def test_ctrl_c_while_gh_runs_stops_gh_too(gh: FakeGh, tmp_path: Path) -> None:
@@ -1195,6 +1210,9 @@ def test_a_draft_that_fills_the_body_limit_still_carries_its_first_submission(
     assert tracker(captures, fake_clock).file(full, occ).action is FileAction.OPENED
     [issue] = gh.issues()
     assert len(issue["body"]) == BODY_LIMIT and issue["body"].endswith(f"first-submission: {occ.submission} -->")
+    # 64 KiB of plain text fits one argument: no temporary file is needed.
+    create = next(call for call in gh.calls() if call[:2] == ["issue", "create"])
+    assert create[create.index("--body") + 1] == issue["body"]
     assert tracker(captures, FakeClock()).file(full, occ).action is FileAction.ALREADY_COUNTED
 
 
