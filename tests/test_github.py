@@ -148,15 +148,20 @@ def spooled(captures: Path, draft: IssueDraft) -> list[str]:
     return [o["submission"] for o in json.loads(path.read_text(encoding="utf-8"))["occurrences"]]
 
 
-def failing(*command: str) -> Any:
-    """A runner: the real ``gh`` (the fake on PATH), except that ``command`` calls fail."""
+def answering(result: GhResult, *command: str) -> Any:
+    """A runner: the real ``gh`` (the fake on PATH), except that ``command`` calls answer ``result``."""
 
     def run(argv: list[str], timeout: float) -> GhResult:
         if argv[: len(command)] == list(command):
-            return GhResult(False, 1, "", "HTTP 502: simulated")
+            return result
         return run_gh(argv, timeout=timeout)
 
     return run
+
+
+def failing(*command: str) -> Any:
+    """A runner: the real ``gh`` (the fake on PATH), except that ``command`` calls fail."""
+    return answering(GhResult(False, 1, "", "HTTP 502: simulated"), *command)
 
 
 def first_body(draft: IssueDraft, occurrence: Occurrence) -> str:
@@ -522,6 +527,21 @@ def test_a_run_interrupted_while_its_plus_one_went_out_still_tells_the_others(
     assert [plus_one_submission(c["body"]) for c in gh.issues()[0]["comments"]] == [second.submission]
 
 
+def test_the_next_occurrence_goes_to_the_new_issue_though_the_listing_does_not_show_it_yet(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """GitHub may list an issue only some time after it was opened: the run keeps the
+    issue it opened, and the failure's next occurrence is a +1 there, not a second issue."""
+    draft, first = failure()
+    _, second = failure(ts="20260802T093000Z")
+    t = tracker(captures, fake_clock, runner=answering(GhResult(True, 0, "[]\n", ""), "issue", "list"))
+    assert t.file(draft, first).action is FileAction.OPENED
+    result = t.file(draft, second)
+    assert (result.action, result.issue) == (FileAction.PLUS_ONE, 1)
+    assert t.file(draft, first).action is FileAction.ALREADY_COUNTED
+    [issue] = gh.issues()
+    assert [plus_one_submission(c["body"]) for c in issue["comments"]] == [second.submission]
+
+
 def test_a_failed_settle_listing_keeps_the_new_issue(captures: Path, fake_clock: FakeClock, failure: Any,
                                                      gh: FakeGh) -> None:
     draft, first = failure()
@@ -534,17 +554,38 @@ def test_a_failed_settle_listing_keeps_the_new_issue(captures: Path, fake_clock:
     assert [len(i["comments"]) for i in gh.issues()] == [1]
 
 
-def test_a_failed_plus_one_while_settling_spools_and_the_replay_counts_it_once(
-        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # Runs on two machines, as above: on one, b would look again and never open #3.
+def run_behind_another_machine(
+        captures: Path, clock: FakeClock, failure: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        **kwargs: Any) -> tuple[GitHubTracker, IssueDraft, Occurrence]:
+    """``(b, draft, second)``: run b listed the labels (filing another failure, #1) before a
+    run on another machine opened #2 for the draft's failure, so b, filing its second
+    occurrence, opens #3. (On one machine the runs share a lock, and b would look again.)"""
     draft, first = failure()
     _, second = failure(ts="20260802T093000Z")
     monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path / "machine-b"))
-    b = tracker(captures, fake_clock, runner=failing("issue", "comment"))
+    b = tracker(captures, clock, **kwargs)
     b.file(*failure(model="acme/Unrelated-3B"))
     monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path / "machine-a"))
     assert tracker(captures, FakeClock()).file(draft, first).issue == 2
+    return b, draft, second
+
+
+def test_a_duplicate_that_cannot_be_closed_is_said_so_and_stays_open(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    b, draft, second = run_behind_another_machine(captures, fake_clock, failure, tmp_path, monkeypatch,
+                                                  runner=failing("issue", "close"))
+    result = b.file(draft, second)
+    assert (result.action, result.issue) == (FileAction.PLUS_ONE, 2)
+    assert result.reason.endswith("opened #3 at the same time as another run opened #2: could not close #3")
+    assert [i["state"] for i in gh.issues()] == ["open", "open", "open"]
+
+
+def test_a_failed_plus_one_while_settling_spools_and_the_replay_counts_it_once(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    b, draft, second = run_behind_another_machine(captures, fake_clock, failure, tmp_path, monkeypatch,
+                                                  runner=failing("issue", "comment"))
     assert b.file(draft, second).action is FileAction.SPOOLED  # opened #3, could not count on #2
     assert spooled(captures, draft) == [second.submission]
     # #3 is closed all the same: left open, it stayed a second issue of the failure for good
@@ -560,19 +601,13 @@ def test_a_failed_plus_one_while_settling_spools_and_the_replay_counts_it_once(
 def test_a_plus_one_refused_by_a_rate_limit_while_settling_calls_gh_no_more(
         gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    draft, first = failure()
-    _, second = failure(ts="20260802T093000Z")
-
     def rate_limited(argv: list[str], timeout: float) -> GhResult:
         if argv[:2] == ["issue", "comment"]:
             return GhResult(False, 1, "", "GraphQL: API rate limit exceeded for user ID 1.")
         return run_gh(argv, timeout=timeout)
 
-    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path / "machine-b"))
-    b = tracker(captures, fake_clock, runner=rate_limited)
-    b.file(*failure(model="acme/Unrelated-3B"))
-    monkeypatch.setenv("LOOP_RULES_CACHE_DIR", str(tmp_path / "machine-a"))
-    assert tracker(captures, FakeClock()).file(draft, first).issue == 2
+    b, draft, second = run_behind_another_machine(captures, fake_clock, failure, tmp_path, monkeypatch,
+                                                  runner=rate_limited)
     gh.forget_calls()
     assert b.file(draft, second).action is FileAction.SPOOLED
     # The failed +1 is no gh call of the fake's; after the rate limit, no close either.
@@ -650,10 +685,31 @@ def test_timed_out_create_that_landed_is_not_duplicated(gh: FakeGh, captures: Pa
     draft, occ = failure()
     gh.mode("hang-create-after-success")
     result = tracker(captures, fake_clock, timeout=1.0).file(draft, occ)
-    assert (result.action, result.issue) == (FileAction.OPENED, 1)
+    assert (result.action, result.issue, result.reason) == (FileAction.OPENED, 1, "opened-new (create timed out)")
     assert len(gh.issues()) == 1 and gh.issues()[0]["comments"] == []
     assert [c[:2] for c in gh.calls()][-2:] == [["issue", "create"], ["issue", "list"]]
     assert not (captures / "_dedup-queue").exists() or not any((captures / "_dedup-queue").glob("*.json"))
+
+
+def test_a_create_that_timed_out_counts_on_the_issue_another_run_opened_meanwhile(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """The create timed out without landing, and the lookup after it finds the issue
+    another run opened for the failure meanwhile: a +1 there, not a create again."""
+    draft, occ = failure()
+    _, other = failure(ts="20260802T093000Z")
+
+    def another_run_first(argv: list[str], timeout: float) -> GhResult:
+        if argv[:2] == ["issue", "create"] and not gh.issues():
+            theirs = list(argv)
+            theirs[theirs.index("--body") + 1] = first_body(draft, other)
+            run_gh(theirs, timeout=timeout)
+            return GhResult(False, 124, "", "gh: timed out after 30s")
+        return run_gh(argv, timeout=timeout)
+
+    result = tracker(captures, fake_clock, runner=another_run_first).file(draft, occ)
+    assert (result.action, result.issue, result.reason) == (FileAction.PLUS_ONE, 1, "plusone-body-verified")
+    [issue] = gh.issues()
+    assert [plus_one_submission(c["body"]) for c in issue["comments"]] == [occ.submission]
 
 
 @pytest.mark.parametrize("answer, tries", [
