@@ -395,16 +395,17 @@ def test_issue_with_more_than_100_comments_is_read_in_full(gh: FakeGh, captures:
 
 
 
+@pytest.mark.parametrize("writer", ["OWNER", "MEMBER", "COLLABORATOR"])
 @pytest.mark.parametrize("filler", [0, 100], ids=["in-list", "beyond-100-comments"])
 def test_a_plus_one_counts_only_from_this_account_or_a_maintainer(
-        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, filler: int) -> None:
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, filler: int, writer: str) -> None:
     # Anyone can comment on a public issue: a forged +1 must not mark a submission as counted.
     draft, first = failure()
     forged, vouched = (failure(ts=ts)[1] for ts in ("20260901T000000Z", "20260902T000000Z"))
     chatter = [{"body": "same here", "author": "passer-by", "authorAssociation": "NONE"}] * filler
     comments = chatter + [
         {"body": plus_one_comment(draft, forged), "author": "mallory", "authorAssociation": "CONTRIBUTOR"},
-        {"body": plus_one_comment(draft, vouched), "author": "co-maintainer", "authorAssociation": "COLLABORATOR"},
+        {"body": plus_one_comment(draft, vouched), "author": "co-maintainer", "authorAssociation": writer},
     ]
     issue = {"number": 1, "title": draft.title, "body": first_body(draft, first), "labels": list(draft.labels),
              "state": "open", "comments": comments}
@@ -1076,14 +1077,16 @@ def test_a_code_block_a_maintainer_writes_above_the_marker_keeps_the_first_submi
 @pytest.mark.parametrize("log", [
     "\n\n**Log:**\n\n```\nINFO loading\n~~~\n{marker}\n```",
     "\n\n**Log:**\n\n````\nINFO loading\n```\n{marker}\n````",
+    "\n\n**Log:**\n\n```\nINFO loading\n    ```\n{marker}\n```",
     "\n\n**Model:** `{marker}`",
-], ids=["tilde-line", "shorter-backtick-run", "code-span"])
+], ids=["tilde-line", "shorter-backtick-run", "indented-backtick-run", "code-span"])
 def test_a_marker_in_capture_text_that_only_looks_unfenced_marks_nothing(
         gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, log: str) -> None:
     """An issue the reference opened carries no marker of ours: a `~~~` line in its fenced
-    log must not end a backtick fence, nor a run of backticks shorter than the fence's, or
-    a marker line after it, written by whoever wrote the log, would mark another capture as
-    counted; nor does a marker inside the model's code span start its line."""
+    log must not end a backtick fence, nor a run of backticks shorter than the fence's or
+    indented four spaces (code, not a fence), or a marker line after it, written by whoever
+    wrote the log, would mark another capture as counted; nor does a marker inside the
+    model's code span start its line."""
     draft, _ = failure()
     _, victim = failure(ts="20260802T093000Z")
     log = log.format(marker=f"<!-- loop-rules first-submission: {victim.submission} -->")
@@ -1093,6 +1096,19 @@ def test_a_marker_in_capture_text_that_only_looks_unfenced_marks_nothing(
     result = tracker(captures, fake_clock).file(draft, victim)
     assert (result.action, result.issue) == (FileAction.PLUS_ONE, 1)
     assert [plus_one_submission(c["body"]) for c in gh.issues()[0]["comments"]] == [victim.submission]
+
+
+def test_a_marker_line_in_the_draft_itself_gives_way_to_the_one_appended(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """A plugin's draft may end with a marker line of its own: the one appended after it
+    names the capture that opened the issue, and a rerun counts that capture once."""
+    draft, occ = failure()
+    _, other = failure(ts="20260802T093000Z")
+    own = f"<!-- loop-rules first-submission: {other.submission} -->"
+    marked = dataclasses.replace(draft, body=f"{draft.body}\n\n{own}")
+    assert tracker(captures, fake_clock).file(marked, occ).action is FileAction.OPENED
+    assert tracker(captures, FakeClock()).file(marked, occ).action is FileAction.ALREADY_COUNTED
+    assert gh.issues()[0]["comments"] == []
 
 
 def test_a_submission_that_could_end_the_marker_is_left_out_of_the_body(
