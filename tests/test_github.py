@@ -488,6 +488,22 @@ def test_two_runs_on_one_machine_never_count_a_submission_twice(
     assert [c[:2] for c in gh.calls()] == [["issue", "comment"]]
 
 
+def test_filings_that_only_read_leave_what_the_other_runs_know_standing(
+        gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any) -> None:
+    """Only a write tells the other runs on the machine to look again: a filing that found
+    its occurrence counted makes none of them list the labels and the issues again."""
+    draft, first = failure()
+    _, second = failure(ts="20260802T093000Z")
+    a = tracker(captures, fake_clock)
+    b = tracker(captures, FakeClock())
+    assert a.file(draft, first).action is FileAction.OPENED
+    assert b.file(draft, first).action is FileAction.ALREADY_COUNTED  # b looked the issue up
+    gh.forget_calls()
+    assert a.file(draft, first).action is FileAction.ALREADY_COUNTED
+    assert b.file(draft, second).action is FileAction.PLUS_ONE
+    assert [c[:2] for c in gh.calls()] == [["issue", "comment"]]
+
+
 def test_a_run_on_the_same_machine_finds_the_issue_another_opened_meanwhile(
         gh: FakeGh, captures: Path, fake_clock: FakeClock, failure: Any, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -959,6 +975,33 @@ def test_bootstrap_labels(gh: FakeGh, captures: Path, fake_clock: FakeClock) -> 
     assert len(gh.calls()) == 1  # after the first call timed out, no other waits its turn to time out
 
 
+def test_bootstrap_without_gh_asks_for_it_once(captures: Path, fake_clock: FakeClock) -> None:
+    asked = []
+
+    def missing(argv: list[str], *, timeout: float) -> GhResult:
+        asked.append(argv)
+        return GhResult(False, 127, "", "gh: command not found")
+
+    t = GitHubTracker(captures, runner=missing, sleep=fake_clock.sleep, clock=fake_clock.clock)
+    assert set(t.bootstrap_labels().values()) == {False}
+    assert len(asked) == 1
+    assert list(t.problems) == ["`gh label create` failed (exit 127): gh: command not found"]
+
+
+def test_labels_of_a_plugin_s_own_are_made_in_a_neutral_colour(gh: FakeGh, captures: Path, fake_clock: FakeClock,
+                                                                failure: Any) -> None:
+    """A draft may carry labels loop-rules has no colour for: another kind of label, or
+    a failure class of a plugin's."""
+    draft, occ = failure()
+    labelled = dataclasses.replace(draft, labels=(*draft.labels, "class:driver-mismatch", "team:serving"))
+    assert tracker(captures, fake_clock).file(labelled, occ).action is FileAction.OPENED
+    made = gh.repo()["labels"]
+    assert made["class:driver-mismatch"] == {"color": "cccccc",
+                                             "description": "loop-rules failure class: driver-mismatch"}
+    assert made["team:serving"] == {"color": "ededed", "description": "loop-rules"}
+    assert gh.issues()[0]["labels"] == list(labelled.labels)
+
+
 def test_labels_bootstrap_prints_each_class_and_fails_when_one_label_failed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from click.testing import CliRunner
@@ -1377,6 +1420,8 @@ def test_a_label_listing_that_prints_nothing_is_a_repository_without_labels(
     "HTTP 403: API rate limit exceeded for user ID 1234567.",
     "GraphQL: was submitted too quickly (createIssue)",
     "HTTP 403: You have exceeded a secondary rate limit and have been temporarily blocked.",
+    "HTTP 429: Too Many Requests (https://api.github.com/graphql)",
+    "HTTP 403: You have triggered an abuse detection mechanism. Please wait a few minutes.",
 ])
 def test_a_rate_limit_spools_the_rest_of_the_run_at_once(gh: FakeGh, captures: Path, fake_clock: FakeClock,
                                                          failure: Any, said: str) -> None:
