@@ -69,6 +69,24 @@ def test_replay_files_each_occurrence_exactly_once(tmp_path: Path, engine: Engin
     assert [i["occurrences"] for i in db.issues()] == [3]
 
 
+def test_replay_files_the_spool_in_the_order_of_its_file_names(tmp_path: Path, engine: Engine) -> None:
+    """Whatever order the failures were spooled in, or the folder lists them in: two
+    replays of one spool number the issues alike, and name its files in one order."""
+    spool = SpoolTracker(tmp_path)
+    models = ("acme/A-7B", "acme/B-7B", "acme/C-7B", "acme/D-7B")
+    filed = sorted((drafted(engine, model=m, model_id=m) for m in models), key=lambda f: f[0].dedup_hash)
+    for i in (1, 3, 0, 2):  # neither the names' order nor its reverse
+        spool.file(*filed[i])
+    hashes = [draft.dedup_hash for draft, _ in filed]
+    assert [path.stem for path in spool.pending()] == hashes
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    try:
+        assert [r.path.stem for r in replay_spool(spool, db)] == hashes
+        assert [(i["id"], i["dedup_hash"]) for i in db.issues()] == list(enumerate(hashes, start=1))
+    finally:
+        db.close()
+
+
 def test_a_file_another_replay_drained_meanwhile_counts_as_drained(tmp_path: Path, engine: Engine) -> None:
     """Two replays at once: the one that found the file gone after filing all of it said
     it was still spooled, and `spool replay` exited 1 over a spool that was empty."""
