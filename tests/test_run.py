@@ -751,12 +751,21 @@ def test_a_review_folder_that_cannot_be_written_is_a_clear_error(captures: Path,
 
 
 # Past 4300 digits int() refuses the text, and SQLite a byte that is not UTF-8 (held as a
-# lone surrogate): both ended as an internal error (status 70).
-@pytest.mark.parametrize("ref", ["99999999999999999999999", "\u00b2", "\u0661", "9" * 5000, os.fsdecode(b"7\xff")])
+# lone surrogate): both ended as an internal error (status 70). Nor does SQLite take an
+# integer of 2**63 or more.
+@pytest.mark.parametrize("ref", ["99999999999999999999999", "\u00b2", "\u0661", "9" * 5000, os.fsdecode(b"7\xff"),
+                                 str(2**63), "9" * 19])
 def test_tracker_show_of_an_odd_number_is_no_issue(captures: Path, ref: str) -> None:
     run_json(captures)
     result = invoke("tracker", "show", captures, ref, code=2)
     assert f"no issue {ref!r} in the tracker" in result.stderr
+
+
+def test_tracker_show_reads_a_number_past_its_leading_zeros(captures: Path) -> None:
+    """However many zeros lead it: only digits past them count towards the 19 an issue number may have."""
+    run_json(captures)
+    for ref in ("0" * 30 + "7", "#" + "0" * 30 + "7"):
+        assert json.loads(invoke("tracker", "show", captures, ref, "--format", "json").stdout)["id"] == 7, ref
 
 
 def test_tracker_show_finds_a_dedup_hash_made_of_digits(captures: Path) -> None:
@@ -975,6 +984,21 @@ def test_tracker_show_names_the_issues_an_ambiguous_hash_prefix_matches(captures
                              f"matches 2 issues: #3 ({REPEATED[:6]}000000), #7 ({REPEATED}); give more of "
                              "the hash\n")
     assert json.loads(invoke("tracker", "show", captures, REPEATED[:7], "--format", "json").stdout)["id"] == 7
+
+
+def test_a_hash_prefix_of_more_than_ten_issues_names_the_first_ten(captures: Path) -> None:
+    """The message names at most ten issues, the first opened first, and says when there are more."""
+    run_json(captures)
+    db = sqlite3.connect(captures / "_loop" / "tracker.sqlite")
+    for number, count in ((10, "10"), (11, "more than 10")):
+        with db:
+            db.execute("UPDATE issues SET dedup_hash = printf('abcdef%06d', 20 - id) WHERE id <= ?", (number,))
+        named = ", ".join(f"#{i} (abcdef{20 - i:06d})" for i in range(1, 11))
+        more = ", ..." if number > 10 else ""
+        assert invoke("tracker", "show", captures, "ABCDEF", code=2).stderr == (
+            f"Error: {captures}/_loop/tracker.sqlite: dedup hash prefix 'abcdef' matches {count} issues: {named}{more}; "
+            "give more of the hash\n")
+    db.close()
 
 
 def test_tracker_show_of_a_review_queue_hash_points_at_the_queue(captures: Path) -> None:
