@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -822,6 +824,72 @@ def test_a_queue_file_whose_occurrences_is_not_a_list_is_refused_and_left_alone(
     spooled.write_text(json.dumps({**draft.spool_payload(), "occurrences": "s1"}), encoding="utf-8")
     with pytest.raises(TrackerError, match="'occurrences' is a str, not a list"):
         spool.file(draft, occurrence)
+
+
+class AnotherRun:
+    """Another run's connection to a tracker, holding its write lock (BEGIN IMMEDIATE) until
+    the tracker has paused ``until`` times, or for good; the pauses (time.sleep) are
+    recorded, not slept."""
+
+    def __init__(self, path: Path, monkeypatch: pytest.MonkeyPatch, until: int | None = None) -> None:
+        self.until = until
+        self.pauses: list[float] = []
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("BEGIN IMMEDIATE")
+        monkeypatch.setattr(time, "sleep", self.pause)
+
+    def pause(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+        if len(self.pauses) == self.until:
+            self.db.execute("COMMIT")
+
+
+def test_a_filing_waits_while_another_run_holds_the_tracker_then_lands(tmp_path: Path, engine: Engine,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite answers "database is locked" when another run's write outlasts the busy
+    timeout (here none): the filing pauses and tries again, and lands once the other is done."""
+    db = SqliteTracker(tmp_path / "t.sqlite", busy_timeout=0)
+    other = AnotherRun(db.path, monkeypatch, until=3)
+    try:
+        assert db.file(*drafted(engine)).action is FileAction.OPENED
+        assert len(other.pauses) == 3
+    finally:
+        other.db.close()
+        db.close()
+
+
+def test_a_tracker_another_run_never_lets_go_of_is_given_up_after_a_minute(tmp_path: Path, engine: Engine,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    db = SqliteTracker(tmp_path / "t.sqlite", busy_timeout=0)
+    other = AnotherRun(db.path, monkeypatch)
+    try:
+        with pytest.raises(TrackerError, match=r"t\.sqlite: database is locked$"):
+            db.file(*drafted(engine))
+        assert 60 < sum(other.pauses) < 65
+        other.db.execute("COMMIT")
+        assert db.file(*drafted(engine)).action is FileAction.OPENED  # nothing of the failed try was left
+    finally:
+        other.db.close()
+        db.close()
+
+
+def test_a_tracker_error_that_is_no_lock_is_not_tried_again(tmp_path: Path, engine: Engine,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A damaged tracker fails at once, not after a minute of trying."""
+    db = SqliteTracker(tmp_path / "t.sqlite")
+    db.file(*drafted(engine))
+    db.close()
+    db = SqliteTracker(tmp_path / "t.sqlite", busy_timeout=0)
+    other = AnotherRun(db.path, monkeypatch)
+    other.db.execute("DROP TABLE occurrences")
+    other.db.execute("COMMIT")
+    try:
+        with pytest.raises(TrackerError, match="no such table: occurrences"):
+            db.counted("0123456789ab", "sub")
+        assert other.pauses == []
+    finally:
+        other.db.close()
+        db.close()
 
 
 def test_a_tracker_file_that_is_no_database_is_named_and_left_alone(tmp_path: Path) -> None:
