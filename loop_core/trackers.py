@@ -913,6 +913,7 @@ CREATE INDEX IF NOT EXISTS occurrences_by_issue ON occurrences (issue_id);
 
 _HASH = re.compile(r"[0-9a-f]{12}")
 MIN_HASH_PREFIX = 6  # the fewest digits of a dedup hash that name an issue (1 in 16.7 million)
+LOCK_WAIT_SECONDS = 60.0  # how long a SQLite tracker waits in all for another run's write lock
 _HASH_PREFIX = re.compile(rf"[0-9a-f]{{{MIN_HASH_PREFIX},11}}")
 
 
@@ -930,14 +931,19 @@ class SqliteTracker:
 
     name = "sqlite"
 
-    def __init__(self, path: Path, *, busy_timeout: float = 60.0, readonly: bool = False) -> None:
+    def __init__(self, path: Path, *, busy_timeout: float = 60.0, readonly: bool = False,
+                 lock_wait: float = LOCK_WAIT_SECONDS) -> None:
         """Open (and make, unless ``readonly``) the tracker at ``path``.
+
+        ``busy_timeout`` is how long SQLite waits for another run's lock in one try;
+        ``lock_wait`` how long all tries of one step wait together before it fails.
 
         ``readonly`` opens an existing tracker for browsing only: nothing is written,
         so it also works in a folder this process may not write (a snapshot, a
         read-only mount, a colleague's captures).
         """
         self.path = Path(path)
+        self.lock_wait = lock_wait
         if readonly:
             self._open_readonly(busy_timeout)
             return
@@ -1016,15 +1022,24 @@ class SqliteTracker:
     def for_captures(cls, captures: Path) -> SqliteTracker:
         return cls(Path(captures) / STATE_DIR / "tracker.sqlite")
 
-    def _retry(self, op: Callable[[], Any], attempts: int = 50) -> Any:
-        for i in range(attempts):
+    def _retry(self, op: Callable[[], Any]) -> Any:
+        """``op()``, tried again while another run holds the database, until the waits
+        (SQLite's own busy timeout within each try, and the pauses between tries) add
+        up to ``lock_wait`` seconds. Counting each try's attempts instead made a 60 s busy
+        timeout wait 50 times over: most of an hour before a run gave up."""
+        waited = 0.0
+        pause = 0.05
+        while True:
+            started = time.monotonic()
             try:
                 return op()
             except sqlite3.OperationalError as e:
-                if "locked" not in str(e) and "busy" not in str(e) or i == attempts - 1:
+                waited += time.monotonic() - started
+                if "locked" not in str(e) and "busy" not in str(e) or waited >= self.lock_wait:
                     raise
-                time.sleep(0.05 * (i + 1))
-        return None  # pragma: no cover
+                time.sleep(pause)
+                waited += pause
+                pause = min(pause + 0.05, 1.0)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

@@ -873,6 +873,21 @@ def test_a_tracker_another_run_never_lets_go_of_is_given_up_after_a_minute(tmp_p
         db.close()
 
 
+def test_the_waits_for_a_lock_add_up_to_the_limit_whatever_the_busy_timeout(tmp_path: Path, engine: Engine,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite's own busy wait counts: a 60 s busy timeout tried 50 times over kept a run
+    waiting most of an hour. Here each try waits 0.3 s, and all of them 1 s at most."""
+    db = SqliteTracker(tmp_path / "t.sqlite", busy_timeout=0.3, lock_wait=1.0)
+    other = AnotherRun(db.path, monkeypatch)
+    try:
+        with pytest.raises(TrackerError, match=r"t\.sqlite: database is locked$"):
+            db.file(*drafted(engine))
+        assert len(other.pauses) <= 2  # three tries of 0.3 s and their pauses reach 1 s
+    finally:
+        other.db.close()
+        db.close()
+
+
 def test_a_tracker_error_that_is_no_lock_is_not_tried_again(tmp_path: Path, engine: Engine,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """A damaged tracker fails at once, not after a minute of trying."""
