@@ -10,6 +10,7 @@ catches hangs and quadratic blow-ups, not a benchmark.
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import math
 import os
@@ -421,8 +422,9 @@ def _read_fifo_bundle(path: Path, fifo: Path, match: str) -> None:
     assert outcome["elapsed"] < BOUND
 
 
-@pytest.mark.parametrize("name", ["pt2-download.json", "manifest.json", "pt5-override-capture.json"])
+@pytest.mark.parametrize("name", ["pt2-download.json", "manifest.json", "pt5-override-capture.json", "boot.log"])
 def test_fifo_is_refused_without_blocking(valid: Callable[..., Path], name: str) -> None:
+    """Whatever its name: a FIFO no reader opens is refused too (docs/compatibility.md)."""
     path = valid()
     fifo = path / name
     if fifo.exists():
@@ -505,9 +507,10 @@ def _big_excerpt_bundle(valid: Callable[..., Path], size: int) -> Path:
 
 
 def test_file_over_default_limit_is_refused(valid: Callable[..., Path]) -> None:
-    path = _big_excerpt_bundle(valid, 9 * 1024 * 1024)
-    assert DEFAULT_MAX_FILE_BYTES < 9 * 1024 * 1024
-    read_refused(path, rf"pt3-boot\.json: {9 * 1024 * 1024} bytes is over the {DEFAULT_MAX_FILE_BYTES}-byte limit")
+    """The default cap is 8 MiB (docs/compatibility.md): one byte more is refused."""
+    size = 8 * 1024 * 1024 + 1
+    path = _big_excerpt_bundle(valid, size)
+    read_refused(path, rf"pt3-boot\.json: {size} bytes is over the {DEFAULT_MAX_FILE_BYTES}-byte limit")
 
 
 def test_a_file_of_8_mib_reads_by_default(valid: Callable[..., Path]) -> None:
@@ -870,3 +873,31 @@ def test_a_file_that_grew_past_the_limit_after_its_size_was_checked_is_refused_n
 
     monkeypatch.setattr(loop_core.bundle.os, "fstat", fstat_before_growth)
     read_refused(path, r"pt3-boot\.json: over the 4096-byte limit", limits=ReadLimits(max_file_bytes=4096))
+
+
+def test_a_file_that_cannot_be_read_is_refused_naming_it(
+    valid: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An I/O error while reading (a failing disk, a share gone away) is a refusal naming
+    the file, not a crash."""
+    path = valid()
+
+    def failing_read(fd: int, n: int) -> bytes:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(loop_core.bundle.os, "read", failing_read)
+    read_refused(path, rf"manifest\.json: cannot read: {os.strerror(errno.EIO)}$")
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_reading_leaves_no_file_open_whether_the_bundle_is_read_or_refused(valid: Callable[..., Path]) -> None:
+    """A run over thousands of bundles would otherwise stop at the open-file limit."""
+    good = valid()
+    broken = valid()
+    (broken / "pt3-boot.json").write_text("{")
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        read_bundle(good)
+        read_refused(broken, r"pt3-boot\.json: invalid JSON")
+        read_refused(good, r"manifest\.json: \d+ bytes is over", limits=ReadLimits(max_file_bytes=64))
+    assert len(os.listdir("/proc/self/fd")) == before
