@@ -435,6 +435,14 @@ def test_a_wrong_value_that_fits_the_message_is_shown_whole(write: Any, size: in
         read_bundle(path)
 
 
+def test_a_wrong_value_one_character_too_long_is_cut_and_its_length_given(write: Any) -> None:
+    """81 characters of repr: the first 80 are shown, then how long the whole is."""
+    path = write(patched(pt4={"point": "B" * 79}))
+    with pytest.raises(BundleError, match=rf"pt4-smoke\.json: point must be 'smoke', got '{'B' * 79}\u2026 "
+                                          r"\(81 characters\)$"):
+        read_bundle(path)
+
+
 @pytest.mark.parametrize("doc", ["pt1", "pt2", "pt3", "pt4"])
 def test_missing_point(write: Any, doc: str) -> None:
     path = write(without(REF_DOCS, doc, "point"))

@@ -600,6 +600,14 @@ def test_brackets_inside_strings_are_not_nesting(valid: Callable[..., Path], eng
     assert bundle.pt3 is not None and bundle.pt3["failure_log_excerpt"] == text
 
 
+def test_brackets_in_a_broken_string_are_not_nesting(valid: Callable[..., Path]) -> None:
+    """A file that fails to parse is called too deep only for brackets outside its strings,
+    even past an escaped line end inside one: here it is the syntax error it is."""
+    path = valid()
+    (path / "pt3-boot.json").write_text('{"point": "boot", "failure": "line one \\\n' + "[" * 70 + '"}')
+    read_refused(path, r"pt3-boot\.json: invalid JSON: Invalid \\escape")
+
+
 _JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\x:,'),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(alphabet="[]{}a", max_size=3), inner,
@@ -669,6 +677,20 @@ def test_the_depth_bound_holds_for_valid_json_full_of_brackets(valid: Callable[.
         read_refused(path, r"pt3-boot\.json: JSON nested deeper than 64 levels")
     else:
         assert read_bundle(path).pt3["extra"] == nested  # type: ignore[index]
+
+
+def test_a_long_file_of_many_arrays_is_held_to_the_depth_bound(valid: Callable[..., Path]) -> None:
+    """Too long to check by its text and with too many arrays to walk cheaply, a file is
+    still refused when arrays alone nest past the bound."""
+    path = valid()
+    pt3 = json.loads((path / "pt3-boot.json").read_text())
+    deep: Any = []
+    for _ in range(70):
+        deep = [deep]
+    pt3["extra"] = [deep] + [[] for _ in range(600)]
+    (path / "pt3-boot.json").write_text(json.dumps(pt3))
+    assert "{" not in json.dumps(pt3["extra"])
+    read_refused(path, r"pt3-boot\.json: JSON nested deeper than 64 levels")
 
 
 def test_max_depth_is_configurable(valid: Callable[..., Path]) -> None:
