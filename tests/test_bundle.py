@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,14 @@ def without(base: dict[str, Any], doc: str, key: str) -> dict[str, Any]:
     out = copy.deepcopy(base)
     del out[doc][key]
     return out
+
+
+def refused_in_turn(write: Any, broken: dict[str, Any], steps: Iterable[tuple[str, Any]]) -> None:
+    """Read ``broken`` once a step: refused as the step's pattern says, then its manifest repaired."""
+    for pattern, repair in steps:
+        with pytest.raises(BundleError, match=pattern):
+            read_bundle(write(broken))
+        broken["manifest"].update(repair)
 
 
 @pytest.fixture
@@ -410,17 +419,20 @@ def test_wrong_point(write: Any, doc: str, point: Any) -> None:
         read_bundle(path)
 
 
-@pytest.mark.parametrize("where", ["point", "schema", "failure_class"])
+HUGE_PLACES = {
+    "point": (REF_DOCS, "pt4", "point"), "schema": (REF_DOCS, "pt2", "schema"),
+    "failure_class": (REF_DOCS, "manifest", "failure_class"), "manifest schema": (REF_DOCS, "manifest", "schema"),
+    "gate outcome": (GATE_DOCS, "manifest", "outcome"), "gate failure_class": (GATE_DOCS, "manifest", "failure_class"),
+    "gate pt1 schema": (GATE_DOCS, "pt1", "schema"),
+}
+
+
+@pytest.mark.parametrize("where", sorted(HUGE_PLACES))
 def test_a_huge_wrong_value_is_named_in_a_short_message(write: Any, where: str) -> None:
     """The whole value went into the message: an 8 MB string made an 8 MB line in every
     table, JSON row and run summary."""
-    huge = "A" * 1_000_000
-    if where == "point":
-        path = write(patched(pt4={"point": huge}))
-    elif where == "schema":
-        path = write(patched(pt2={"schema": huge}))
-    else:
-        path = write(patched(manifest={"failure_class": huge}))
+    base, doc, key = HUGE_PLACES[where]
+    path = write(patched(base, **{doc: {key: "A" * 1_000_000}}))
     with pytest.raises(BundleError) as refused:
         read_bundle(path)
     message = str(refused.value)
@@ -565,10 +577,7 @@ def test_checks_run_in_reference_order(write: Any) -> None:
         (r"manifest\.json: missing keys utc_ts", {"utc_ts": "t"}),
         (r"manifest\.json: failure_class must be null", {"failure_class": None}),
     ]
-    for pattern, repair in steps:
-        with pytest.raises(BundleError, match=pattern):
-            read_bundle(write(broken))
-        broken["manifest"].update(repair)
+    refused_in_turn(write, broken, steps)
     with pytest.raises(BundleError, match=r"pt1-gate\.json: missing"):
         read_bundle(write(broken))
     broken["pt1"] = copy.deepcopy(REF_DOCS["pt1"])
@@ -722,6 +731,21 @@ def test_gate_pt1_schema_must_be_2(write: Any, schema: Any) -> None:
 
 def test_gate_pt1_without_schema_reads(write: Any) -> None:
     assert read_bundle(write(without(GATE_DOCS, "pt1", "schema"))).is_gate_only
+
+
+def test_gate_checks_run_in_reference_order(write: Any) -> None:
+    """§2.6: manifest keys, outcome, failure_class, then pt1; the first failure is reported."""
+    broken = docs(GATE_DOCS, pt1=None)
+    broken["manifest"].update(outcome="ok", failure_class="unknown")
+    del broken["manifest"]["utc_ts"]
+    steps = [
+        (r"manifest\.json: missing keys utc_ts$", {"utc_ts": "t"}),
+        (r"manifest\.json: a gate-only bundle must have outcome 'hard-block', got 'ok'$", {"outcome": "hard-block"}),
+        (r"manifest\.json: failure_class must be null, got 'unknown'$", {"failure_class": None}),
+    ]
+    refused_in_turn(write, broken, steps)
+    with pytest.raises(BundleError, match=r"pt1-gate\.json: missing$"):
+        read_bundle(write(broken))
 
 
 def test_gate_pt1_schema_is_checked_before_point(write: Any) -> None:

@@ -897,18 +897,33 @@ def test_a_file_that_grew_past_the_limit_after_its_size_was_checked_is_refused_n
     read_refused(path, r"pt3-boot\.json: over the 4096-byte limit", limits=ReadLimits(max_file_bytes=4096))
 
 
-def test_a_file_that_cannot_be_read_is_refused_naming_it(
-    valid: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("call", "code", "problem"), [("open", errno.EACCES, "cannot open"),
+                                                      ("read", errno.EIO, "cannot read")])
+def test_a_file_that_cannot_be_opened_or_read_is_refused_naming_it_and_why(
+    valid: Callable[..., Path], monkeypatch: pytest.MonkeyPatch, call: str, code: int, problem: str
 ) -> None:
-    """An I/O error while reading (a failing disk, a share gone away) is a refusal naming
-    the file, not a crash."""
+    """A permission refused, or an I/O error while reading (a failing disk, a share gone
+    away), is a refusal naming the file and the system's reason: not a crash, and not
+    called a symlink. Faked, as root opens any file whatever its mode."""
     path = valid()
 
-    def failing_read(fd: int, n: int) -> bytes:
-        raise OSError(errno.EIO, os.strerror(errno.EIO))
+    def failing(*args: Any) -> Any:
+        raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(loop_core.bundle.os, "read", failing_read)
-    read_refused(path, rf"manifest\.json: cannot read: {os.strerror(errno.EIO)}$")
+    monkeypatch.setattr(os, call, failing)
+    read_refused(path, rf"manifest\.json: {problem}: {os.strerror(code)}$")
+
+
+def test_a_bundle_folder_that_cannot_be_listed_is_refused_naming_it(
+    valid: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = valid()
+
+    def refused(where: Any) -> Any:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(where))
+
+    monkeypatch.setattr(os, "scandir", refused)
+    read_refused(path, rf"{path.name}: cannot list directory: {os.strerror(errno.EACCES)}$")
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
