@@ -16,6 +16,7 @@ import pluggy
 import pytest
 
 from loop_core import (
+    CatalogError,
     ConditionKind,
     Engine,
     Match,
@@ -214,6 +215,8 @@ class Trust:
             raise KeyError("calibration")
         if self.how == "exit":
             sys.exit(0)
+        if self.how == "refuse":
+            raise CatalogError("acme-engines.yml: allowed must be a list, got str")
         return "validated"
 
 
@@ -229,6 +232,17 @@ def test_a_trust_hook_that_breaks_its_contract_is_named(cli_uses_pm: pluggy.Plug
         assert result.exit_code == 2, (args, result.output)
         assert "loop_evaluate_trust (plugins " in result.stderr and "acme-trust)" in result.stderr
         assert problem in result.stderr
+
+
+def test_a_loop_error_a_trust_hook_raises_is_shown_as_it_is(cli_uses_pm: pluggy.PluginManager,
+                                                            register_plugin: Callable[..., Any],
+                                                            captures: Path) -> None:
+    """A ``LoopError`` is raised on purpose: a problem the user must fix, said by the plugin
+    (docs/plugins.md), not a bug of the plugin to report."""
+    register_plugin(Trust("refuse"), "acme-trust")
+    result = _cli("trust", captures)
+    assert result.exit_code == 2
+    assert result.stderr == "Error: acme-engines.yml: allowed must be a list, got str\n"
 
 
 # -- matchers and condition kinds ------------------------------------------------------
