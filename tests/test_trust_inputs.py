@@ -74,6 +74,7 @@ def test_a_model_is_curated_only_through_a_compose_and_a_compose_is_found_by_pro
     (GOOD + "models: []\n", "duplicate key 'models'"),
     (GOOD.replace("[acme/Tiny-7B-AWQ, acme/Tiny-7B]", "[null]"), "models[0] tiny-7b: hf_repos must be a list of"),
     (GOOD.replace("[acme/Tiny-7B-AWQ, acme/Tiny-7B]", "acme/Tiny-7B"), "models[0] tiny-7b: hf_repos must be a list of"),
+    (GOOD.replace("[acme/Tiny-7B-AWQ, acme/Tiny-7B]", "''"), "models[0] tiny-7b: hf_repos must be a list of"),
     ("models: [7]\n", "models[0]: must be a mapping with id and hf_repos, got int"),
     ("composes: [vllm/minimal]\n", "composes[0]: must be a mapping with name and model, got str"),
     ("models: [{id: x, zeta: 1, alpha: 2}]\n", "models[0]: unknown keys ['alpha', 'zeta'] (expected id, hf_repos)"),
@@ -104,6 +105,16 @@ def test_a_catalog_that_cannot_be_read_is_named(tmp_path: Path) -> None:
     with pytest.raises(CatalogError) as info:
         load_catalog(tmp_path / "missing.yml")
     assert str(info.value).startswith(f"{tmp_path / 'missing.yml'}: cannot read catalog: ")
+
+
+def test_a_catalog_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.yml"
+    path.write_bytes(b"models:\n  - id: caf\xe9-7b\n")
+    with pytest.raises(CatalogError) as info:
+        load_catalog(path)
+    assert str(info.value).startswith(f"{path}: cannot read catalog: 'utf-8' codec can't decode byte 0xe9")
+    result = CliRunner().invoke(cli, ["trust", "--catalog", str(path), str(ROOT / "examples" / "pull-captures")])
+    assert result.exit_code == 2 and f"{path}: cannot read catalog" in result.stderr
 
 
 def test_a_bad_catalog_leaves_the_table_empty(tmp_path: Path) -> None:
