@@ -757,10 +757,14 @@ def test_consensus_compares_a_list_or_object_inside_the_key_by_equality() -> Non
     assert index.count(anchor("a" * 40, {"k": "fp16"})) == 1
 
 
-def test_consensus_counts_a_nan_in_the_key_alike_however_the_bundle_travelled(tmp_path: Path) -> None:
+@pytest.mark.parametrize("field, value", [("selected_ctx", float("nan")),
+                                          ("smoke_capability_set", ["plain-chat", float("nan")])])
+def test_consensus_counts_a_nan_in_the_key_alike_however_the_bundle_travelled(tmp_path: Path, field: str,
+                                                                             value: object) -> None:
     """Every NaN Python's JSON reader gives is one object, so keys holding one are equal
     (§4.4); a bundle pickled (run --jobs, anchors spilled to disk) came back with a NaN
-    of its own, which matched no prior: -j 2 left anchors at candidate that -j 1 validated."""
+    of its own, which matched no prior: -j 2 left anchors at candidate that -j 1 validated.
+    A NaN among the smoke capabilities is a NaN in the key too."""
     import pickle
 
     from loop_core.bundle import read_bundle
@@ -769,7 +773,7 @@ def test_consensus_counts_a_nan_in_the_key_alike_however_the_bundle_travelled(tm
     anchors = []
     for commit in "ab":
         documents = make_bundle({"manifest": {"outcome": "ok", "club3090_commit": commit * 40}}).to_document()
-        documents["manifest"]["selected_ctx"] = float("nan")
+        documents["manifest"][field] = value
         anchors.append(read_bundle(write_bundle(tmp_path / commit, documents)))
     travelled = [pickle.loads(pickle.dumps(anchor)) for anchor in anchors]
     for index in (ConsensusIndex.of(anchors), ConsensusIndex.of(travelled)):

@@ -313,6 +313,28 @@ def test_no_green_capability_is_reported_before_an_implausible_topology() -> Non
     assert (result.stage, result.reason) == (Stage.CANDIDATE, "no-green-capability")
 
 
+def test_a_fingerprint_that_does_not_re_derive_is_reported_before_a_missing_green_capability() -> None:
+    """§4.2: the fingerprint is the first gate; an edited manifest stays raw, whatever its smoke said."""
+    from loop_core.testing import make_bundle
+    from loop_core.trust import Stage, evaluate_trust
+
+    anchor = make_bundle({"manifest": {"submission_fingerprint": "f" * 64}, "pt4": {"results": {"chat": "red"}}})
+    result = evaluate_trust(anchor, maintainer_promoted=True)
+    assert (result.stage, result.reason) == (Stage.RAW, "fingerprint-mismatch")
+
+
+@pytest.mark.parametrize("results", [["plain-chat", "green"], "green", 7])
+def test_smoke_results_that_are_no_mapping_graduate_nothing(results: object) -> None:
+    """§4.2 reads ``pt4.results`` as capability to verdict; anything else there leaves no
+    green capability, rather than a crash of the whole trust run."""
+    from loop_core.testing import make_bundle
+    from loop_core.trust import Stage, evaluate_trust
+
+    result = evaluate_trust(make_bundle({"pt4": {"results": results}}), maintainer_promoted=True)
+    assert (result.stage, result.reason, result.graduation_set) == (Stage.CANDIDATE, "no-green-capability",
+                                                                     frozenset())
+
+
 def test_a_trust_row_lists_the_graduated_capabilities_sorted() -> None:
     """The same anchor gives the same row on every run, whatever order a set keeps."""
     from loop_core.testing import make_bundle
@@ -325,11 +347,13 @@ def test_a_trust_row_lists_the_graduated_capabilities_sorted() -> None:
 
 @pytest.mark.parametrize("vouched", [1, "yes"])
 def test_any_truthy_maintainer_promotion_vouches(vouched: object) -> None:
-    """§4.2: ``maintainer_promoted`` truthy stands in for consensus, and the result says so."""
+    """§4.2: ``maintainer_promoted`` truthy stands in for consensus, and the result says so,
+    without saying consensus was reached (§4.4: that is the count alone)."""
     from loop_core.trust import Stage, evaluate_trust
 
     result = evaluate_trust(_anchor(), maintainer_promoted=vouched)  # type: ignore[arg-type]
     assert (result.stage, result.maintainer_promoted) == (Stage.VALIDATED, True)
+    assert (result.consensus_count, result.consensus_reached) == (1, False)
 
 
 def test_a_gate_only_bundle_has_no_trust_verdict() -> None:
