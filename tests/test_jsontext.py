@@ -91,6 +91,18 @@ def test_no_splice_when_the_mark_could_be_mistaken_or_there_is_nothing_to_splice
     assert item_texts([{1: "a non-string key"}], level=2) is None
 
 
+def test_a_value_nested_past_the_recursion_limit_is_left_to_json_dumps() -> None:
+    """No item texts to splice, and json.dumps's own error for the whole."""
+    import sys
+
+    deep: list[Any] = []
+    for _ in range(sys.getrecursionlimit() + 10):
+        deep = [deep]
+    assert item_texts([1, deep], level=2) is None
+    with pytest.raises(RecursionError):
+        dumps_indented(deep)
+
+
 def test_strict_dumps_writes_the_numbers_json_has_none_for_as_their_names() -> None:
     value = {"peak": math.inf, "floor": -math.inf, "parts": (1.5, -math.inf), "note": "x"}
     assert json.loads(strict_dumps(json.dumps, value)) == {
