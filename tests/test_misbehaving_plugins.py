@@ -16,6 +16,7 @@ import pluggy
 import pytest
 
 from loop_core import (
+    BundleError,
     CatalogError,
     ConditionKind,
     Engine,
@@ -164,6 +165,12 @@ class Drafts:
             sys.exit(0)
         if self.how == "raise":
             raise ValueError("no template")
+        if self.how == "bundle" and verdict.failure_class.value == "genuine-oom":
+            raise BundleError(f"{bundle.path}: no issue for this one", path=bundle.path)
+        if self.how == "loop":
+            raise CatalogError("acme-templates.yml: missing")
+        if self.how in ("bundle", "loop"):
+            return draft
         if self.how == "hash":
             return dataclasses.replace(draft, dedup_hash="000000000000")
         if self.how == "notuple":
@@ -186,6 +193,21 @@ def test_a_draft_no_tracker_can_count_on_stops_the_run(cli_uses_pm: pluggy.Plugi
     result = run_json(captures, code=2)
     assert "loop_draft_issue (plugins acme-drafts)" in result.stderr and problem in result.stderr
     assert "internal error" not in result.stderr
+
+
+def test_a_drafter_s_own_errors_are_the_bundle_s_or_the_user_s(cli_uses_pm: pluggy.PluginManager,
+                                                              register_plugin: Callable[..., Any],
+                                                              captures: Path) -> None:
+    """A BundleError says that one bundle cannot be drafted: it is counted unreadable and
+    the run goes on. Another LoopError is for the user to fix: shown as it is."""
+    register_plugin(Drafts("bundle"), "acme-drafts")
+    data = run_json(captures)
+    assert data["filed_new"] + data["plus_one"] == 12 - 3 and data["reader_errors"] == 1 + 4
+    assert sum("no issue for this one" in e["message"] for e in data["errors"]) == 4
+    cli_uses_pm.unregister(name="acme-drafts")
+    register_plugin(Drafts("loop"), "acme-drafts")
+    result = run_json(captures, code=2)
+    assert result.stderr == "Error: acme-templates.yml: missing\n"
 
 
 def test_a_drafter_registered_after_a_run_is_checked_too(cli_uses_pm: pluggy.PluginManager,
