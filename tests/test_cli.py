@@ -82,6 +82,14 @@ def test_classify_jsonl_keys_the_row_by_the_manifest(bundle_dir) -> None:  # typ
     assert row["labels"] == [f"loop:dedup-{row['dedup_hash']}", "class:genuine-oom", "arch:llamaforcausallm"]
 
 
+def test_classify_rows_give_each_bundle_its_own_schema() -> None:
+    rows = [json.loads(line) for line in invoke("classify", "--format", "jsonl", str(EXAMPLES)).output.splitlines()]
+    schemas = {Path(r["bundle"]).parent.name: r["schema"] for r in rows}
+    gate_only = ("meta-llama-llama-3.3-70b-instruct", "qwen-qwen3-235b-a22b-instruct-2507")
+    assert [schemas[name] for name in gate_only] == [2, 2]
+    assert schemas["qwen-qwen3-14b"] == 1 and schemas["broken-upload"] is None
+
+
 def test_classify_finds_bundles_recursively_and_skips_spools(tmp_path: Path) -> None:
     from loop_core.testing import make_bundle, write_bundle
 
@@ -276,7 +284,11 @@ def test_classify_jobs_2_prints_what_jobs_1_prints(tmp_path: Path) -> None:
     assert len(one.output.splitlines()) > 10
 
 
-def test_a_worker_killed_mid_run_is_one_clear_error(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("fmt, made_by", [("jsonl", "_jsonl"), ("json", "_json_element"), ("table", "_row")])
+def test_a_worker_killed_mid_run_is_one_clear_error(tmp_path: Path, monkeypatch,  # type: ignore[no-untyped-def]
+                                                    fmt: str, made_by: str) -> None:
+    """Each format classifies in the workers --jobs asks for: the table's rows were all
+    made in the command's own process."""
     import os
     import signal
 
@@ -285,15 +297,16 @@ def test_a_worker_killed_mid_run_is_one_clear_error(tmp_path: Path, monkeypatch)
 
     for i in range(12):
         write_bundle(tmp_path / f"model-{i:02d}" / "20260801T000000Z", make_bundle(OOM))
-    real = batch._jsonl
+    real = getattr(batch, made_by)
+    command = os.getpid()
 
     def killed_at_the_seventh(path: str, engine):  # type: ignore[no-untyped-def]
-        if "model-07" in path:  # as the kernel's OOM killer would end a worker
+        if "model-07" in path and os.getpid() != command:  # as the kernel's OOM killer would end a worker
             os.kill(os.getpid(), signal.SIGKILL)
         return real(path, engine)
 
-    monkeypatch.setattr(batch, "_jsonl", killed_at_the_seventh)
-    result = invoke("classify", "--format", "jsonl", "--jobs", "2", str(tmp_path))
+    monkeypatch.setattr(batch, made_by, killed_at_the_seventh)
+    result = invoke("classify", "--format", fmt, "--jobs", "2", str(tmp_path))
     assert result.exit_code == 2, result.output
     assert "worker process" in result.output and "was killed by signal 9 (out of memory?) before answering" \
         in result.output

@@ -541,6 +541,23 @@ def test_limit_applies_to_every_file(valid: Callable[..., Path]) -> None:
                  limits=ReadLimits(max_file_bytes=64))
 
 
+def test_the_batch_readers_hold_every_bundle_and_prior_to_the_limits_given(valid: Callable[..., Path],
+                                                                          engine: Engine) -> None:
+    from loop_core.batch import classify_paths, trust_rows
+
+    path, tiny = valid(), ReadLimits(max_file_bytes=64)
+    (outcome,) = classify_paths([path], engine, limits=tiny)
+    assert "over the 64-byte limit" in str(outcome.error)
+    (row,) = trust_rows([path], pm=engine.pm, limits=tiny)
+    assert "over the 64-byte limit" in row["reader_error"]["message"]
+    warned: list[str] = []
+    (row,) = trust_rows([valid()], pm=engine.pm, priors=[path], limits=ReadLimits(max_file_bytes=4096),
+                        warn=warned.append)
+    assert row["reader_error"] is None
+    list(trust_rows([valid()], pm=engine.pm, priors=[path], limits=tiny, warn=warned.append))
+    assert warned == [f"--priors {path}: no readable bundle there; it counts for nothing"]
+
+
 @pytest.mark.parametrize("name", ["manifest.json", "pt3-boot.json"])
 @pytest.mark.parametrize(("opening", "closing"), [("[", "]"), ('{"a":', "}")])
 def test_deep_nesting_is_refused_without_recursion_error(

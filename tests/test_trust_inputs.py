@@ -207,6 +207,21 @@ def test_only_a_prior_that_saw_the_configuration_work_counts_toward_consensus(tm
     assert json.loads(run.stdout)["anchors"][stage] >= 1
 
 
+@pytest.mark.parametrize("needed, stage", [("2", "validated"), ("3", "candidate")])
+def test_trust_consensus_n_is_the_number_of_agreeing_submissions_needed(tmp_path: Path, needed: str,
+                                                                        stage: str) -> None:
+    import json
+
+    from loop_core.testing import make_bundle, write_bundle
+
+    write_bundle(tmp_path / "anchor" / "20260801T093000Z", make_bundle(GREEN))
+    write_bundle(tmp_path / "twin" / "20260806T093000Z", make_bundle(_twin("20260806T093000Z", green=True)))
+    result = CliRunner().invoke(cli, ["trust", "--format", "jsonl", "--priors", str(tmp_path), "--consensus-n",
+                                      needed, str(tmp_path / "anchor")])
+    (row,) = [json.loads(line) for line in result.stdout.splitlines()]
+    assert (row["consensus_count"], row["stage"]) == (2, stage)
+
+
 def _anchor(**manifest: object):  # type: ignore[no-untyped-def]
     from loop_core.testing import make_bundle
 
