@@ -72,6 +72,9 @@ def test_an_unreadable_bundle_in_a_folder_not_named_in_utf8_is_named_in_its_row(
     (broken / "manifest.json").write_text("{")
     (row,) = [strict_json(line) for line in cli("classify", "--format", "jsonl", broken, code=1).stdout.splitlines()]
     assert row["reader_error"]["message"].startswith(f"{tmp_path}/bad\\xffname/manifest.json: invalid JSON")
+    (error,) = strict_json(cli("run", broken, "--dry-run", "--format", "json").stdout)["errors"]
+    assert error["bundle"] == f"{tmp_path}/bad\\xffname"
+    assert error["message"].startswith(f"{tmp_path}/bad\\xffname/manifest.json: invalid JSON")
 
 
 def test_a_folder_named_in_utf8_is_written_as_it_is_not_escaped(tmp_path: Path) -> None:

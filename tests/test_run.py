@@ -26,6 +26,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -239,6 +240,20 @@ def test_a_run_without_a_tracker_counts_what_it_would_file(captures: Path, engin
     assert not (captures / "_loop").exists()
 
 
+def test_a_run_reports_its_progress_after_each_bundle_out_of_all_it_found(captures: Path, engine: Engine) -> None:
+    calls: list[tuple[int, int]] = []
+    run_captures(captures, engine, None, dry_run=True, progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(done, EXPECTED["bundles"]) for done in range(1, EXPECTED["bundles"] + 1)]
+
+
+@pytest.mark.parametrize("consensus_n, candidate, validated", [(1, 0, 5), (2, 3, 2), (3, 5, 0)])
+def test_an_anchor_is_validated_by_as_many_agreeing_submissions_as_consensus_n(
+        captures: Path, engine: Engine, consensus_n: int, candidate: int, validated: int) -> None:
+    """The two lorbus captures agree with each other; the other anchors stand alone."""
+    summary = run_captures(captures, engine, None, dry_run=True, consensus_n=consensus_n)
+    assert summary.to_dict()["anchors"] == {"raw": 0, "candidate": candidate, "validated": validated, "tier1": 0}
+
+
 def test_a_replay_drafts_only_the_captures_the_tracker_has_not_counted(captures: Path, engine: Engine,
                                                                          drafted: list[str], tmp_path: Path) -> None:
     # The first run sees the first half of the captures, in a folder of its own.
@@ -444,6 +459,22 @@ def test_review_list(captures: Path) -> None:
     assert table[0].split()[:3] == ["DEDUP", "COUNT", "MODEL"]
     assert table[-1] == f"{UNKNOWN} item(s) waiting for review ({UNKNOWN} occurrence(s))"
     assert sum(line.startswith(tuple(i["dedup_hash"] for i in items)) for line in table) == UNKNOWN
+
+
+def test_a_review_entry_names_its_capture_and_why_it_waits_and_scrubs_its_final_error(tmp_path: Path) -> None:
+    from loop_core.testing import make_bundle, write_bundle
+
+    failure = "RuntimeError: the widget jammed, token hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789 in /home/alice/run.py"
+    write_bundle(tmp_path / "c" / "m" / "20260801T093000Z", make_bundle({"pt3": {"failure_log_excerpt": failure}}))
+    shutil.copytree(EXAMPLES / "deepseek-ai-deepseek-r1-distill-qwen-32b", tmp_path / "c" / "deepseek")
+    run_json(tmp_path / "c")
+    by_model = {entry["model_slug"]: entry for entry in review_files(tmp_path / "c").values()}
+    ours = by_model["example/Example-7B"]
+    assert (ours["utc_ts"], ours["reason"]) == ("20260801T093000Z", "no rule matched (tier none-unknown)")
+    assert ours["final_error"].startswith("RuntimeError: the widget jammed, token hf_")
+    assert "AbCdEf" not in ours["final_error"] and "alice" not in ours["final_error"]
+    decided = by_model["deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"]
+    assert decided["reason"] == "rule unknown-host-ram-oom-kill decided unknown"
 
 
 def test_review_list_counts_the_occurrences_run_queued(captures: Path) -> None:
@@ -1056,6 +1087,44 @@ def test_run_table_lists_ten_warnings_and_counts_the_others(tmp_path: Path) -> N
     assert len(listed) == 11 and all(line.endswith("timed out after 0.01s; the rule does not match")
                                      for line in listed[:10])
     assert listed[10] == "  ... 2 more in --format json"
+
+
+def test_a_run_counts_each_warning_once_a_bundle_most_frequent_first_and_at_most_100(tmp_path: Path) -> None:
+    """As docs/cli.md has the summary's warnings: the bundles whose verdict carried each
+    message, most frequent first, at most 100 messages, the rest under one count."""
+    from loop_core import Matcher, Tier, hookimpl, make_plugin_manager
+    from loop_core.pipeline import OTHER_WARNINGS
+    from loop_core.testing import make_bundle, write_bundle
+
+    def raising(about: str | None = None) -> Callable[[Any], None]:
+        def match(ctx: Any) -> None:
+            if about in (None, ctx.bundle.manifest["model"]):
+                raise ValueError(ctx.bundle.manifest["model"])
+        return match
+
+    class Noisy:
+        @hookimpl
+        def loop_register_matchers(self, register: Any) -> None:
+            register(Matcher("model", Tier.TIER2, 1, raising()))
+            for i in range(100):  # 100 messages more, about model b only
+                register(Matcher(f"b-{i}", Tier.TIER2, 2, raising("acme/b")))
+
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    (pack / "pack.yml").write_text("regex_timeout: 0.01\n")
+    slow = "{select: $.signal.error_text, regex: '^(a+)+$'}"  # one message, said twice about every bundle
+    (pack / "10.yml").write_text(f"- {{id: slow, class: unknown, description: d, examples: {{match: [aaaa]}}, "
+                                 f"when: {{any: [{slow}, {slow}]}}}}\n")
+    for model, where in (("acme/a", "a/1"), ("acme/b", "b/1"), ("acme/b", "b/2")):
+        write_bundle(tmp_path / "captures" / where, make_bundle({"manifest": {"model": model},
+                                                                 "pt3": {"failure_log_excerpt": "a" * 50_000 + "!"}}))
+    engine = Engine.build(str(pack), make_plugin_manager(entry_points=False, plugins=[Noisy()]))
+    warnings = run_captures(tmp_path / "captures", engine, None, dry_run=True).to_dict()["warnings"]
+    assert len(warnings) == 101 and warnings[OTHER_WARNINGS] == 6  # 3 messages over the 100, on 2 bundles
+    (timed_out,) = [message for message in warnings if message.startswith("rule 'slow'")]
+    assert warnings[timed_out] == 3
+    assert list(warnings.values()) == sorted(warnings.values(), reverse=True)
+    assert list(warnings)[-1] == "matcher 'model' raised ValueError: acme/a; skipped"
 
 
 def _run_on_a_terminal(captures: Path, *extra: str) -> tuple[int, str, str]:
