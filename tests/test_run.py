@@ -518,6 +518,26 @@ def test_jobs_2_gives_the_same_summary_as_jobs_1(tmp_path: Path) -> None:
     assert review_files(one).keys() == review_files(two).keys()
 
 
+def test_a_worker_killed_in_a_parallel_run_stops_it_with_one_clear_error(captures: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """--jobs 2 reads and classifies in worker processes: one the system kills is said so."""
+    import signal
+
+    from loop_core import pipeline
+
+    real, command = pipeline.process_bundle, os.getpid()
+
+    def killed_at_qwen3_14b(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if "qwen-qwen3-14b" in str(path) and os.getpid() != command:  # as the kernel's OOM killer would
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "process_bundle", killed_at_qwen3_14b)
+    result = invoke("run", captures, "--jobs", "2", code=2)
+    assert "was killed by signal 9 (out of memory?) before answering" in result.stderr
+    assert "internal error" not in result.stderr
+
+
 def _write(path: Path, text: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if isinstance(text, bytes):
@@ -632,17 +652,60 @@ def test_a_batch_that_waited_long_enough_is_filed_before_it_is_full(captures: Pa
     assert summary_part(summary.to_dict()) == EXPECTED
 
 
-@pytest.mark.parametrize("factor", [4, 1])
-def test_review_batches_keep_their_own_schedule(factor: int, captures: Path, engine: Engine,
+def test_no_failure_waits_in_a_batch_longer_than_the_flush_time(captures: Path, engine: Engine,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wait is counted from a batch's oldest failure: counted from its newest, a
+    steady stream of failures kept the first of them waiting until the batch was full."""
+    from types import SimpleNamespace
+
+    from loop_core import pipeline
+    from loop_core.batch import discover_bundle_paths
+    from loop_core.trackers import ReviewQueue
+
+    clock = [0.0]  # one second a bundle
+    monkeypatch.setattr(pipeline, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(pipeline, "FLUSH_SECONDS", 2.0)
+    monkeypatch.setattr(pipeline, "REVIEW_FLUSH_SECONDS", 2.0)
+    arrived = {path: float(i) for i, path in enumerate(discover_bundle_paths([captures]))}
+    waits: dict[str, list[float]] = {"tracker": [], "review queue": []}
+
+    def waited(where: str, items: Any) -> None:
+        waits[where].append(clock[0] - min(arrived[occurrence.bundle] for _item, occurrence in items))
+
+    class Timed(SqliteTracker):
+        def file_many(self, items, *, batch=256):  # type: ignore[no-untyped-def]
+            waited("tracker", items)
+            return super().file_many(items, batch=batch)
+
+    add_many = ReviewQueue.add_many
+
+    def timed(self: ReviewQueue, items: Any, problems: Any = None) -> Any:
+        waited("review queue", items)
+        return add_many(self, items, problems)
+
+    monkeypatch.setattr(ReviewQueue, "add_many", timed)
+    tracker = Timed(captures / "_loop" / "tracker.sqlite")
+    try:
+        summary = run_captures(captures, engine, tracker, progress=lambda done, _total: clock.__setitem__(0, done))
+    finally:
+        tracker.close()
+    assert summary_part(summary.to_dict()) == EXPECTED
+    assert len(waits["tracker"]) > 1 and len(waits["review queue"]) > 1
+    assert max(waits["tracker"] + waits["review queue"]) <= 2.0
+
+
+@pytest.mark.parametrize("factor, batch", [(4, 2), (1, 2), (4, 1)])
+def test_review_batches_keep_their_own_schedule(factor: int, batch: int, captures: Path, engine: Engine,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Unknowns wait for a larger batch than fileable failures: the tracker's batches
-    going out after every bundle do not cut the review queue's into pieces."""
+    going out after every bundle do not cut the review queue's into pieces. With a
+    batch of 1 (`run --batch 1`), each one is written at once."""
     from loop_core import pipeline
     from loop_core.trackers import ReviewQueue
 
     monkeypatch.setattr(pipeline, "FLUSH_SECONDS", 0.0)  # a tracker batch after every bundle
     monkeypatch.setattr(pipeline, "REVIEW_FLUSH_SECONDS", 3600.0)
-    monkeypatch.setattr(pipeline, "REVIEW_BATCH_FACTOR", factor)  # review batches of 8 or of 2
+    monkeypatch.setattr(pipeline, "REVIEW_BATCH_FACTOR", factor)  # review batches of 8 or of 2, or 1
     sizes: list[int] = []
     add_many = ReviewQueue.add_many
 
@@ -653,12 +716,12 @@ def test_review_batches_keep_their_own_schedule(factor: int, captures: Path, eng
     monkeypatch.setattr(ReviewQueue, "add_many", recording)
     tracker = RecordingSqlite(captures / "_loop" / "tracker.sqlite")
     try:
-        summary = run_captures(captures, engine, tracker, batch=2)
+        summary = run_captures(captures, engine, tracker, batch=batch)
     finally:
         tracker.close()
-    assert tracker.batches == [1] * FILEABLE
-    expected = [UNKNOWN] if factor == 4 else [2] * (UNKNOWN // 2) + [1] * (UNKNOWN % 2)
-    assert sizes == expected
+    assert tracker.batches == ([1] * FILEABLE if batch > 1 else [])  # with batch 1, file() one by one
+    expected = {(4, 2): [UNKNOWN], (1, 2): [2] * (UNKNOWN // 2) + [1] * (UNKNOWN % 2), (4, 1): [1] * UNKNOWN}
+    assert sizes == expected[factor, batch]
     assert summary_part(summary.to_dict()) == EXPECTED and len(review_files(captures)) == UNKNOWN
 
 
@@ -681,7 +744,7 @@ def test_anchors_spilled_to_disk_give_the_same_trust_counts(captures: Path, engi
     assert summary.would_file == FILEABLE
 
 
-@pytest.mark.parametrize("disk", ["quick", "slow"])
+@pytest.mark.parametrize("disk", ["quick", "slow", "slow but short"])
 def test_review_batches_move_off_the_callers_thread_once_a_write_is_slow(
         disk: str, captures: Path, engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
@@ -693,8 +756,11 @@ def test_review_batches_move_off_the_callers_thread_once_a_write_is_slow(
     if disk == "slow":  # every batch counts as slow
         monkeypatch.setattr(pipeline, "REVIEW_SYNC_LIMIT", 0.0)
         monkeypatch.setattr(pipeline, "REVIEW_STALL", 0.0)
-    else:
+    elif disk == "quick":
         monkeypatch.setattr(pipeline, "REVIEW_SYNC_LIMIT", 60.0)
+    else:  # slow for each file, but no batch stalls the run long enough to count
+        monkeypatch.setattr(pipeline, "REVIEW_SYNC_LIMIT", 0.0)
+        monkeypatch.setattr(pipeline, "REVIEW_STALL", 60.0)
     calls: list[tuple[str, list[str]]] = []
     add_many = ReviewQueue.add_many
 
