@@ -20,6 +20,7 @@ from loop_core import (
     CatalogError,
     ConditionKind,
     Engine,
+    FailureClass,
     Match,
     Matcher,
     PluginError,
@@ -128,6 +129,34 @@ def test_a_result_whose_action_is_text_is_refused_and_the_spool_kept(
     assert sorted((captures / "_dedup-queue").glob("*.json")) == before  # nothing deleted
 
 
+class Troubled(Recorder):
+    """Files everything, and says what troubled it on the way, as the github tracker
+    says which `gh` call failed."""
+
+    problems: list[str]
+
+    def file_many(self, items: list[Any]) -> list[Any]:
+        self.problems = ["the board was slow to answer"]
+        return [self.file(draft, occurrence) for draft, occurrence in items]
+
+
+class TroubledStore(RecorderStore):
+    def factory(self, options: Any) -> Any:
+        return Troubled(self, options)
+
+
+def test_what_troubled_the_tracker_in_a_run_s_last_batch_is_in_its_summary(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from loop_core import pipeline
+
+    monkeypatch.setattr(pipeline, "FLUSH_SECONDS", 3600.0)  # one batch, at the end of the run
+    register_plugin(TroubledStore("troubled"), "acme-troubled")
+    result = _cli("run", captures, "--tracker", "troubled", "--format", "json")
+    assert json.loads(result.stdout)["tracker_problems"] == ["the board was slow to answer"]
+    assert "loop-rules: troubled: the board was slow to answer" in result.stderr
+
+
 class BadClose(Recorder):
     def close(self) -> None:
         raise OSError("the socket went away")
@@ -175,6 +204,9 @@ class Drafts:
             return dataclasses.replace(draft, dedup_hash="000000000000")
         if self.how == "notuple":
             return dataclasses.replace(draft, body="no tuple here")
+        if self.how == "class":  # another failure's draft: its key, hash and tuple block agree
+            other = "kernel-unsupported" if verdict.failure_class.value == "genuine-oom" else "genuine-oom"
+            return draft_issue(bundle, dataclasses.replace(verdict, failure_class=FailureClass(other)))
         return dataclasses.replace(draft, title="x" * 1000)
 
 
@@ -182,6 +214,7 @@ class Drafts:
     ("text", "returned str, not an IssueDraft"),
     ("hash", "its dedup_hash '000000000000' is not its key's"),
     ("notuple", "no tuple block that verifies"),
+    ("class", "its key is not the bundle's dedup key"),
     ("longtitle", "title is longer than 256"),
     ("exit", "raised SystemExit: sys.exit(0) was called"),
     ("raise", "raised ValueError: no template"),
@@ -208,6 +241,36 @@ def test_a_drafter_s_own_errors_are_the_bundle_s_or_the_user_s(cli_uses_pm: plug
     register_plugin(Drafts("loop"), "acme-drafts")
     result = run_json(captures, code=2)
     assert result.stderr == "Error: acme-templates.yml: missing\n"
+
+
+class Padded:
+    """Drafts whose ``part`` (title or body) is padded to ``length`` characters."""
+
+    def __init__(self, part: str, length: int) -> None:
+        self.part, self.length = part, length
+
+    @hookimpl
+    def loop_draft_issue(self, bundle: Any, verdict: Any) -> Any:
+        from loop_core.dedup import draft_issue
+
+        draft = draft_issue(bundle, verdict)
+        return dataclasses.replace(draft, **{self.part: getattr(draft, self.part).ljust(self.length, "x")})
+
+
+@pytest.mark.parametrize("part", ["title", "body"])
+def test_a_draft_as_long_as_the_limit_is_filed_and_one_character_longer_is_refused(
+        cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path, tmp_path: Path,
+        part: str) -> None:
+    from loop_core.dedup import BODY_LIMIT, TITLE_LIMIT
+
+    limit = {"title": TITLE_LIMIT, "body": BODY_LIMIT}[part]
+    padded = register_plugin(Padded(part, limit), "acme-padded")
+    assert run_json(captures)["filed_new"] == 12
+    padded.length += 1
+    again = tmp_path / "again"
+    copy_examples(again)
+    result = run_json(again, code=2)
+    assert f"its {part} is longer than {limit} characters" in result.stderr
 
 
 def test_a_drafter_registered_after_a_run_is_checked_too(cli_uses_pm: pluggy.PluginManager,
@@ -970,6 +1033,7 @@ def test_loop_rules_debug_shows_where_a_tracker_s_filing_raised(
     assert err.endswith("Error: tracker 'raising': file raised ValueError: no column 'x'\n")
 
 
+@pytest.mark.parametrize("where", ["file", "counted"])
 @pytest.mark.parametrize("error, code, problem", [
     (TrackerError("the board is read-only"), 2, "Error: the board is read-only\n"),
     (PermissionError(13, "Permission denied", "board.db"), 74, "loop-rules: system error: Permission denied: board.db\n"),
@@ -977,12 +1041,12 @@ def test_loop_rules_debug_shows_where_a_tracker_s_filing_raised(
 def test_a_tracker_s_own_errors_and_the_system_s_keep_their_meaning(
         cli_uses_pm: pluggy.PluginManager, register_plugin: Callable[..., Any], captures: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        error: BaseException, code: int, problem: str) -> None:
+        error: BaseException, code: int, problem: str, where: str) -> None:
     import gc
 
     from loop_core import cli as cli_module
 
-    register_plugin(RaisingStore("file", error), "acme-raising")
+    register_plugin(RaisingStore(where, error), "acme-raising")
     monkeypatch.setattr(gc, "freeze", lambda: None)  # main() ends processes; this one goes on
     with pytest.raises(SystemExit) as stopped:
         cli_module.main(["run", str(captures), "--tracker", "raising"])
