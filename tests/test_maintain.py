@@ -126,6 +126,8 @@ def test_a_failure_learned_as_unknown_stays_out_of_the_review_queue(pack: Path, 
     assert json.loads(invoke("review", "list", str(captures), "--format", "json").output) == []
     table = invoke("run", str(captures), "--rules", str(pack)).output.splitlines()
     assert "review queue: 0 newly queued; suppressed (benign): 0; dismissed (learned as unknown): 1" in table
+    dry = json.loads(invoke("run", str(captures), "--rules", str(pack), "--dry-run", "--format", "json").output)
+    assert (dry["dismissed"], dry["would_file"]) == (1, 0)  # as the run counts it
     row = json.loads(invoke("classify", str(captures), "--rules", str(pack), "--format", "jsonl").output)
     assert (row["failure_class"], row["matched_rule"], row["review_queue"]) == (
         "unknown", entry["fingerprint"], False)
@@ -153,15 +155,17 @@ def _queue(captures: Path) -> list[dict]:  # type: ignore[type-arg]
     return json.loads(invoke("review", "list", str(captures), "--format", "json").output)
 
 
-def test_a_run_takes_out_of_the_queue_what_a_new_rule_now_decides(pack: Path, tmp_path: Path) -> None:
-    """The docs promised a rule empties the queue too; the entry used to wait forever."""
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_run_takes_out_of_the_queue_what_a_new_rule_now_decides(pack: Path, tmp_path: Path, jobs: str) -> None:
+    """The docs promised a rule empties the queue too; the entry used to wait forever.
+    A run with --jobs 2 (which asks the tracker nothing before drafting) does it too."""
     captures = tmp_path / "captures"
     _two_errors_one_entry(captures)
     invoke("run", str(captures), "--rules", str(pack))
     (entry,) = _queue(captures)
     assert len(entry["occurrences"]) == 2 and "frobnicator" in entry["error_substring"]
     (pack / "05-frobnicator.yml").write_text(NOVEL_RULE)
-    table = invoke("run", str(captures), "--rules", str(pack)).output.splitlines()
+    table = invoke("run", str(captures), "--rules", str(pack), "--jobs", jobs).output.splitlines()
     assert "filed into sqlite: 1 new, 0 +1, 1 already counted, 0 spooled" in table
     assert "review queue: 0 newly queued, 1 decided since and taken out; suppressed (benign): 0" in table
     (left,) = _queue(captures)
