@@ -60,6 +60,7 @@ __all__ = [
     "plus_one_comment",
     "plus_one_submission",
     "published_labels",
+    "refuse_unfileable",
     "sanitize",
     "scrub_secrets",
 ]
@@ -663,6 +664,22 @@ def draft_issue(bundle: Bundle, verdict: Classification, *, evidence: str | None
                               "arch_family and version fields)", path=bundle.path)
     return IssueDraft(digest, key, verdict.failure_class.value, _title(verdict.failure_class.value, model, digest),
                       body, labels, canonical)
+
+
+# A dedup key, model name and rule id shorter than this in all fit in an issue body
+# whatever their characters: each character counted takes at most 24 of the body's head
+# (a key's is written twice in the tuple block's escaped JSON, 12 for an astral one's
+# two \uXXXX escapes; the model name, counted twice, is written four times), and the
+# rest of the head is about 1,200 characters.
+KEY_ALWAYS_FITS = 2_000
+
+
+def refuse_unfileable(bundle: Bundle, verdict: Classification) -> None:
+    """Raise the :class:`BundleError` :func:`draft_issue` raises for a failure whose
+    dedup key no issue body can hold, without drafting anything for a key that fits."""
+    size = sum(len(str(part)) for part in dedup_key(bundle, verdict.failure_class.value))
+    if size + len(str(bundle.manifest.get("model"))) + len(verdict.matched_rule or "") >= KEY_ALWAYS_FITS:
+        draft_issue(bundle, verdict)
 
 
 def plus_one_comment(draft: IssueDraft, occurrence: Occurrence) -> str:

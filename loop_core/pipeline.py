@@ -55,6 +55,7 @@ from .dedup import (
     body_tuple_matches,
     canonical_payload,
     occurrence_of,
+    refuse_unfileable,
     sanitize,
 )
 from .engine import Engine
@@ -112,7 +113,8 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
 
     :param prepare: draft the issue of a fileable failure and the review-queue
         payload of an unknown, and name the occurrence; a dry run, which files
-        and queues nothing, skips all three.
+        and queues nothing, skips all three (a failure whose dedup key no issue
+        can hold is still refused, as drafting its issue would).
     :param counted: ``counted(dedup_hash, submission)``, the tracker's word that
         it has already counted an occurrence (:meth:`SqliteTracker.counted
         <loop_core.trackers.SqliteTracker.counted>`): such a failure is not
@@ -178,6 +180,11 @@ def process_bundle(path: str | Path, engine: Engine, limits: ReadLimits | None =
         plugins = _other_drafters(engine.pm)
         if plugins:  # the built-in drafter is trusted: nothing to re-check on the usual path
             _check_draft(draft, bundle, verdict, plugins)
+    elif not prepare and verdict.should_file:
+        try:  # the run would refuse it: a dry run must not count it as one it would file
+            refuse_unfileable(bundle, verdict)
+        except BundleError as e:
+            return Processed(path, error=str(e))
     return Processed(path, verdict=verdict, failure=True, draft=draft, occurrence=occurrence,
                      review=review, anchor=anchor, settles=settles)
 

@@ -494,6 +494,34 @@ def test_a_model_name_at_the_title_limit_is_cut_only_when_it_does_not_fit(engine
         assert len(draft.title) == TITLE_LIMIT and f"] {model[:room - 1]}\u2026 (dedup " in draft.title
 
 
+@pytest.mark.parametrize("fields", [("model",), ("quant_label", "arch_family", "kv_calc_version", "engine_pin",
+                                                 "topology_class")])
+def test_every_key_refuse_unfileable_passes_without_drafting_fits_an_issue(engine: Engine,
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          fields: tuple[str, ...]) -> None:
+    """A dry run drafts no issue, but asks refuse_unfileable whether the run would refuse
+    the key: it drafts one to see only past a bound. The longest key it passes without
+    drafting, of the widest characters (an astral one is two \\uXXXX escapes in the
+    tuple block), fits."""
+    from loop_core import dedup
+
+    drafted: list[Bundle] = []
+    monkeypatch.setattr(dedup, "draft_issue", lambda bundle, verdict: drafted.append(bundle))
+
+    def wide(n: int) -> tuple[Bundle, Classification]:
+        bundle = make_bundle({"manifest": dict.fromkeys(fields, "\U0001f600" * n),
+                              "pt3": {"failure_log_excerpt": "torch.cuda.OutOfMemoryError: CUDA out of memory."}})
+        return bundle, engine.classify(bundle)
+
+    n = 0
+    while not drafted:
+        n += 1
+        dedup.refuse_unfileable(*wide(n))
+    assert n > 100  # past the bound: such a key may or may not fit
+    bundle, verdict = wide(n - 1)
+    assert body_tuple_matches(draft_issue(bundle, verdict).body, dedup_key(bundle, "genuine-oom"))
+
+
 SECRETS = {
     "hf": "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567",
     "ghp": "ghp_0123456789abcdefghijABCDEFGHIJ012345",

@@ -824,12 +824,16 @@ def test_a_key_too_long_for_any_issue_is_refused_not_filed_again_each_run(captur
         manifest = json.loads((target / "manifest.json").read_text(encoding="utf-8"))
         manifest.update(model=huge, model_id=huge, submission_fingerprint=name * 64)
         (target / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    # A dry run says so too: it counted both as failures that "would be filed".
+    dry = run_json(captures, "--dry-run")
     for _ in range(2):
         data = run_json(captures)
         refused = [e for e in data["errors"] if "zz-huge" in e["bundle"]]
         assert len(refused) == 2 and all("dedup key takes" in e["message"] for e in refused)
     issues, _occ = db_rows(captures)
     assert len(issues) == ISSUES  # the examples' issues, none for the refused key
+    assert dry["errors"] == data["errors"] and dry["by_class"] == data["by_class"] == BY_CLASS
+    assert dry["would_file"] == FILEABLE
 
 
 def test_a_review_folder_that_cannot_be_written_is_a_clear_error(captures: Path,
